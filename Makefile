@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Everything is installed into .venv; torch is pinned to the CPU build first so
+# pip never pulls the multi-gigabyte CUDA wheels.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	@command -v $(PY) >/dev/null || { echo "python3 is required"; exit 1; }
+	@$(PY) -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "installing python3-venv"; \
+	  (apt-get update -qq && apt-get install -y -qq python3-venv) >/dev/null; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[torch,s3,dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check ckptctl tests bench examples
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-run .bench-data

@@ -1,0 +1,1 @@
+"""I/O adapters: storage (fsspec), DCP metadata reader, log sources, launcher."""

@@ -1,0 +1,9 @@
+"""Placeholder until the `classify` command lands (registered by ckptctl.cli.app)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command(s) of this module to the app."""

@@ -1,0 +1,31 @@
+"""Options shared by several commands, declared once (STYLE.md habit 6)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Write one JSON document to stdout (schema in the README).")
+]
+DeepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--deep",
+        help="Read every byte: zip CRC-32 of every DCP record, manifest checksums, "
+        "pickle opcode scan of every record.",
+    ),
+]
+WorldSizeOpt = Annotated[
+    int | None,
+    typer.Option("--world-size", min=1, help="Assert the world size that wrote the checkpoint."),
+]
+CheckFiniteOpt = Annotated[
+    bool,
+    typer.Option("--check-finite", help="Decode tensors (imports torch) and flag NaN/Inf values."),
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Show the plan; change nothing.")
+]
+YesOpt = Annotated[bool, typer.Option("--yes", help="Confirm a destructive action.")]
