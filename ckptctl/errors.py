@@ -37,6 +37,10 @@ class NotFoundError(StorageError):
     """The given run root or checkpoint does not exist."""
 
 
+class StorageUnreachableError(StorageError):
+    """The storage endpoint did not answer (connection refused, DNS, timeout)."""
+
+
 class InputError(CkptctlError):
     """An input file (log, config, signatures) is unusable."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
-from ckptctl.errors import NotFoundError, StorageError
+from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
 
@@ -157,14 +157,14 @@ class Storage:
             if e.errno == errno.ELOOP:
                 raise StorageError(f"{self.url(path)}: too many levels of symbolic links") from e
             if _is_connection_error(e):
-                raise StorageError(
+                raise StorageUnreachableError(
                     f"{self.url(path)}: storage endpoint unreachable ({e})",
                     hint="check the endpoint URL and that the object store is up",
                 ) from e
             raise StorageError(f"{self.url(path)}: {what} failed: {e.strerror or e}") from e
         except Exception as e:
             if _is_connection_error(e):
-                raise StorageError(
+                raise StorageUnreachableError(
                     f"{self.url(path)}: storage endpoint unreachable ({type(e).__name__})",
                     hint="check the endpoint URL and that the object store is up",
                 ) from e

@@ -1,0 +1,91 @@
+"""A torch-free picture of a DCP ``.metadata`` index, and DCP's on-disk names.
+
+``ckptctl.adapters.dcp_metadata`` builds these from the pickle with a restricted
+unpickler; the verifier in ``ckptctl.core.verify`` reasons about them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+METADATA_NAME = ".metadata"
+SHARD_SUFFIX = ".distcp"
+#: ``__{rank}_{n}.distcp``: the rank's index in the process group, then a per-rank counter.
+SHARD_NAME = re.compile(r"^__(?P<rank>\d+)_(?P<n>\d+)\.distcp$")
+#: ``__{rank}.metadata``: rank-local metadata (``dcp.save(..., use_collectives=False)``).
+RANK_METADATA_NAME = re.compile(r"^__(?P<rank>\d+)\.metadata$")
+
+# Bytes per element, by the dtype's name in ``torch.<name>``.
+DTYPE_ITEMSIZE: dict[str, int] = {
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
+    "bfloat16": 2, "complex128": 16, "cdouble": 16, "complex64": 8, "cfloat": 8,
+    "complex32": 4, "chalf": 4, "int64": 8, "long": 8, "int32": 4, "int": 4,
+    "int16": 2, "short": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4,
+    "uint64": 8, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "qint8": 1,
+    "quint8": 1, "qint32": 4,
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One saved piece of a tensor: where it sits in the global tensor and its shape."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    """A tensor in the saved state dict."""
+
+    fqn: str
+    size: tuple[int, ...]
+    dtype: str
+    """``torch.<dtype>`` name without the module, e.g. ``float32``; '' if unknown."""
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class StorageItem:
+    """Where one record (a tensor chunk or a non-tensor value) lives on disk."""
+
+    fqn: str
+    chunk_offsets: tuple[int, ...] | None
+    """The chunk's offsets for tensors; None for bytes (non-tensor) records."""
+    relative_path: str
+    offset: int
+    length: int
+    transformed: bool = False
+    """Written through a writer extension (e.g. zstd): the bytes are not a plain torch.save zip."""
+
+
+@dataclass(frozen=True, slots=True)
+class DcpIndex:
+    """Everything the verifier needs from one ``.metadata`` (or the union of rank-local ones)."""
+
+    tensors: dict[str, TensorEntry]
+    byte_fqns: frozenset[str]
+    items: tuple[StorageItem, ...]
+    version: str | None = None
+
+
+def shard_rank(name: str) -> int | None:
+    """The writer rank of a ``__r_n.distcp`` file name, else None."""
+    m = SHARD_NAME.match(name)
+    return int(m.group("rank")) if m else None

@@ -1,0 +1,92 @@
+"""Checkpoint directory names: which framework wrote it, which step, and whether it is final.
+
+Order matters: the first pattern that matches a name wins. Temp markers are
+checked on the whole name, so ``tmp-checkpoint-500`` (HF's staging name) and
+``step_120.tmp-ab12`` (ckptctl's) are both temporary. A temporary or
+quarantined directory is never complete, whatever it holds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Suffix ckptctl's rollback appends: ``step_120.quarantined-20261121T031200Z``.
+QUARANTINE_TAG = ".quarantined-"
+
+# (framework, regex). The step is group "step". Anchored on the left so that
+# "my_step_1" is not a checkpoint; the tail (?P<tail>...) may hold a temp marker.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("ckptctl", re.compile(r"^(?P<pre>.*?)step_(?P<step>\d+)(?P<tail>.*)$")),
+    ("torchtitan", re.compile(r"^(?P<pre>.*?)step-(?P<step>\d+)(?P<tail>.*)$")),
+    ("megatron", re.compile(r"^(?P<pre>.*?)iter_(?P<step>\d+)(?P<tail>.*)$")),
+    ("deepspeed", re.compile(r"^(?P<pre>.*?)global_step(?P<step>\d+)(?P<tail>.*)$")),
+    ("hf", re.compile(r"^(?P<pre>.*?)checkpoint-(?P<step>\d+)(?P<tail>.*)$")),
+    ("generic", re.compile(r"^(?P<pre>.*?)(?:ckpt|checkpoint|step|epoch)[_-]?(?P<step>\d+)(?P<tail>.*)$")),
+)
+
+# Markers of a directory still being written (or abandoned mid-write).
+_TEMP_MARKER = re.compile(
+    r"(?:^|[._\-])(?:tmp|temp|inprogress|in-progress|in_progress|partial|incomplete|unfinished|staging|writing)(?:$|[._\-0-9])"
+    r"|\.orbax-checkpoint-tmp",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointName:
+    """What a directory name says about the checkpoint inside it."""
+
+    name: str
+    step: int
+    framework: str
+    is_temp: bool
+    """Still being written or abandoned mid-write: never complete."""
+    is_quarantined: bool
+    """Marked bad by ``ckptctl rollback``: never complete until undone."""
+
+    @property
+    def is_candidate(self) -> bool:
+        """Could this directory hold a complete checkpoint?"""
+        return not (self.is_temp or self.is_quarantined)
+
+
+def parse_checkpoint_name(name: str) -> CheckpointName | None:
+    """Recognise a checkpoint directory name; None if it is not one."""
+    quarantined = QUARANTINE_TAG in name
+    base = name.split(QUARANTINE_TAG, 1)[0] if quarantined else name
+    for framework, pattern in _PATTERNS:
+        m = pattern.match(base)
+        if m is None:
+            continue
+        pre, tail = m.group("pre"), m.group("tail")
+        # A prefix or suffix other than a temp marker means it is some other thing
+        # ("old_step_3_backup" is not a checkpoint we manage).
+        is_temp = bool(_TEMP_MARKER.search(pre + "|" + tail)) if (pre or tail) else False
+        if (pre or tail) and not is_temp:
+            continue
+        return CheckpointName(
+            name=name,
+            step=int(m.group("step")),
+            framework=framework,
+            is_temp=is_temp,
+            is_quarantined=quarantined,
+        )
+    return None
+
+
+def quarantine_name(name: str, stamp: str) -> str:
+    """The name a quarantined checkpoint gets (``stamp`` like 20261121T031200Z)."""
+    return f"{name}{QUARANTINE_TAG}{stamp}"
+
+
+def unquarantine_name(name: str) -> str | None:
+    """The original name of a quarantined directory, or None if it is not one."""
+    if QUARANTINE_TAG not in name:
+        return None
+    return name.split(QUARANTINE_TAG, 1)[0]
+
+
+def newest_first_key(cn: CheckpointName) -> tuple[int, int, str]:
+    """Sort key: higher step first; at equal steps a final name before a temp one."""
+    return (-cn.step, 1 if not cn.is_candidate else 0, cn.name)
