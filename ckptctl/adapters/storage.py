@@ -262,7 +262,7 @@ class Storage:
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
-            f = self._call("open", path, lambda: open(path, "rb", buffering=0))
+            f = self._call("open", path, lambda: open(path, "rb", buffering=0))  # noqa: SIM115
         else:
             f = self._call(
                 "open",

@@ -77,11 +77,15 @@ class IndexCheck:
     bytes_needed: int = 0
 
 
-def check_index(index: DcpIndex, files: Mapping[str, int], *, prefix: str = "") -> IndexCheck:
+def check_index(
+    index: DcpIndex, files: Mapping[str, int], *, prefix: str = "", rank_local: bool = False
+) -> IndexCheck:
     """Check the index's structure and that every byte range lies inside an existing file.
 
     ``files`` maps the names of the files in the DCP directory to their sizes.
-    ``prefix`` (the nested directory, if any) is only used in messages.
+    ``prefix`` (the nested directory, if any) is only used in messages. For the
+    union of rank-local indexes (``rank_local``), each rank stores its own copy of
+    replicated values, so the same key appearing once per rank is expected.
     """
     out = IndexCheck(num_records=len(index.items))
     where = f"{prefix}: " if prefix else ""
@@ -91,6 +95,7 @@ def check_index(index: DcpIndex, files: Mapping[str, int], *, prefix: str = "") 
     for item in index.items:
         keys[(item.fqn, item.chunk_offsets)] += 1
     missing_entries: list[str] = []
+    uncovered: list[str] = []
     for t in index.tensors.values():
         if len(t.size) and any(d < 0 for d in t.size):
             out.problems.append(Problem(CORRUPT, f"{where}tensor {t.fqn} has a negative size {t.size}"))
@@ -112,9 +117,21 @@ def check_index(index: DcpIndex, files: Mapping[str, int], *, prefix: str = "") 
             covered += c.numel
         else:
             if covered != t.numel:
-                out.problems.append(
-                    Problem(CORRUPT, f"{where}tensor {t.fqn}: chunks cover {covered} of {t.numel} elements")
-                )
+                if rank_local and covered < t.numel:
+                    # each rank lists only its own chunks: a rank's metadata is missing
+                    uncovered.append(t.fqn)
+                else:
+                    out.problems.append(
+                        Problem(CORRUPT, f"{where}tensor {t.fqn}: chunks cover {covered} of {t.numel} elements")
+                    )
+    if uncovered:
+        out.problems.append(
+            Problem(
+                INCOMPLETE,
+                f"{where}{len(uncovered)} tensor(s) only partly covered by the rank-local metadata present "
+                f"(e.g. {uncovered[0]}): a rank's __r.metadata is missing",
+            )
+        )
     for fqn in index.byte_fqns:
         if (fqn, None) not in keys:
             missing_entries.append(fqn)
@@ -125,7 +142,7 @@ def check_index(index: DcpIndex, files: Mapping[str, int], *, prefix: str = "") 
             Problem(CORRUPT, f"{where}{len(missing_entries)} saved value(s) have no storage entry: {shown}{more}")
         )
     dups = [k for k, n in keys.items() if n > 1]
-    if dups:
+    if dups and not rank_local:
         out.problems.append(Problem(CORRUPT, f"{where}{len(dups)} storage entries are duplicated (e.g. {dups[0][0]})"))
 
     # -- byte ranges against files -----------------------------------------------------

@@ -380,7 +380,7 @@ def inspect_checkpoint(
         unit.index = idx
         if idx is None:
             continue
-        chk = v.check_index(idx, unit.files, prefix=unit.subdir)
+        chk = v.check_index(idx, unit.files, prefix=unit.subdir, rank_local=unit.rank_local > 0)
         problems.extend(chk.problems)
         notes.extend(chk.notes)
         referenced_ranks |= chk.ranks_referenced
