@@ -107,7 +107,7 @@ def main() -> None:
 
     # Replicated state (every rank holds the same full tensors), deduplicated onto rank 0.
     plain = make_model()
-    popt, psched = train_state(plain, 3, 0)
+    popt, _psched = train_state(plain, 3, 0)
     rep = {"model": plain.state_dict(), "optim": popt.state_dict()}
     dcp.save(
         rep,
