@@ -33,7 +33,9 @@ def out() -> Console:
     """Console for data (stdout)."""
     global _out
     if _out is None:
-        _out = Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False)
+        # Not a terminal (a pipe, a ticket, CI): do not wrap tables at 80 columns.
+        width = None if sys.stdout.isatty() else 200
+        _out = Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=width)
     return _out
 
 
