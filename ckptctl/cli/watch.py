@@ -1,9 +1,195 @@
-"""Placeholder until the `watch` command lands (registered by ckptctl.cli.app)."""
+"""``ckptctl watch LOG``: is the loss continuous across the resume? (RB-7 step "Confirm the loss continues")."""
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Annotated
+
 import typer
+
+from ckptctl import exit_codes
+from ckptctl.cli import output as out
+from ckptctl.cli.options import JsonOpt
+from ckptctl.ops import watch as ops
+
+
+class LogFormat(str, Enum):
+    """``--format`` choices (``ckptctl.core.losslog.FORMATS`` plus auto)."""
+
+    auto = "auto"
+    ckptctl = "ckptctl"
+    megatron = "megatron"
+    torchtitan = "torchtitan"
+    nanogpt = "nanogpt"
+    jsonl = "jsonl"
+    hf = "hf"
+    lightning = "lightning"
+    lightning_csv = "lightning-csv"
+
+
+LogArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="LOG",
+        help="Training log: a file, an fsspec URL (s3://...), or - for stdin.",
+        show_default=False,
+    ),
+]
+BaselineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        metavar="FILE",
+        help="Pre-failure log, when LOG holds only the resumed run. Default: the part of LOG "
+        "before the resume.",
+    ),
+]
+ResumeStepOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--resume-step",
+        metavar="N",
+        min=0,
+        help="Step of the checkpoint the run resumed from. Default: the trainer's restore line, "
+        "else the restart of the step counter (replayed/skipped steps are then only partly checked).",
+    ),
+]
+FormatOpt = Annotated[
+    LogFormat,
+    typer.Option("--format", help="Log format (auto: detect from the first loss line)."),
+]
+PatternOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pattern",
+        metavar="REGEX",
+        help="Regular expression with named groups loss (required), step, rank, epoch, "
+        "for any other log format.",
+    ),
+]
+FollowOpt = Annotated[
+    bool,
+    typer.Option(
+        "--follow", "-f", help="Keep reading the growing log until a decision or --timeout."
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        min=0,
+        help="With --follow: seconds to wait for a decision (0: no limit).",
+    ),
+]
+StepsOpt = Annotated[
+    int, typer.Option("--steps", min=1, help="Logged points after the resume that are judged (N).")
+]
+WindowOpt = Annotated[
+    int,
+    typer.Option("--window", min=3, help="Pre-failure points the baseline is fitted on (W)."),
+]
+KOpt = Annotated[
+    float,
+    typer.Option(
+        "--k", min=0, help="Tolerance in robust standard deviations (1.4826 x MAD) of the baseline."
+    ),
+]
+MinRelTolOpt = Annotated[
+    float,
+    typer.Option(
+        "--min-rel-tol",
+        min=0,
+        help="Floor of the tolerance as a fraction of the loss level (0.02 = 2%).",
+    ),
+]
+PersistenceOpt = Annotated[
+    int,
+    typer.Option(
+        "--persistence", min=1, help="Consecutive points above the threshold that make a spike."
+    ),
+]
+ExpectIdenticalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--expect-identical",
+        help="Training is deterministic: re-run steps must reproduce the pre-failure losses exactly.",
+    ),
+]
+
+_DEFAULTS = ops.WatchConfig()
+
+
+def watch(
+    log: LogArg,
+    baseline: BaselineOpt = None,
+    resume_step: ResumeStepOpt = None,
+    log_format: FormatOpt = LogFormat.auto,
+    pattern: PatternOpt = None,
+    follow: FollowOpt = False,
+    timeout: TimeoutOpt = ops.DEFAULT_TIMEOUT_S,
+    steps: StepsOpt = _DEFAULTS.num_steps,
+    window: WindowOpt = _DEFAULTS.window,
+    k: KOpt = _DEFAULTS.k,
+    min_rel_tol: MinRelTolOpt = _DEFAULTS.min_rel_tol,
+    persistence: PersistenceOpt = _DEFAULTS.persistence,
+    expect_identical: ExpectIdenticalOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps.
+
+    Exit 0 when continuous, 3 for any other verdict (spike, nan, replayed-steps,
+    skipped-steps, diverged, insufficient-data).
+    """
+    config = ops.make_config(
+        num_steps=steps,
+        window=window,
+        k=k,
+        min_rel_tol=min_rel_tol,
+        persistence=min(persistence, steps),
+        min_baseline_points=min(_DEFAULTS.min_baseline_points, window),
+        expect_identical=expect_identical,
+    )
+    if follow and not json_output:
+        out.info(
+            f"following {log} until a decision"
+            + (f" or {timeout:g} s" if timeout else "")
+            + f" ({steps} points after the resume)"
+        )
+    result = ops.watch_log(
+        log,
+        baseline_path=baseline,
+        resume_step=resume_step,
+        config=config,
+        log_format=str(log_format.value),
+        pattern=pattern,
+        follow=follow,
+        timeout_s=timeout if timeout else None,
+    )
+    if json_output:
+        out.emit_json(result.to_json())
+    else:
+        _render(result)
+    raise typer.Exit(exit_codes.OK if result.is_continuous else exit_codes.PROBLEM)
+
+
+def _render(result: ops.WatchResult) -> None:
+    r = result.report
+    where = (
+        result.log
+        if result.baseline_path is None
+        else f"{result.log} (baseline {result.baseline_path})"
+    )
+    fmt = result.log_format or "no format recognised"
+    rank = "" if r.rank is None else f", rank {r.rank}"
+    out.print_line(f"verdict: {result.verdict}  [{where}: {fmt}{rank}]")
+    for line in r.explanation:
+        out.print_line(f"  {line}")
+    for finding in r.findings[1:]:
+        out.print_line(f"  also: {finding.verdict} - {finding.message}")
+    for note in r.notes:
+        out.print_line(f"  note: {note}")
 
 
 def register(app: typer.Typer) -> None:
     """Add the command(s) of this module to the app."""
+    app.command("watch")(watch)

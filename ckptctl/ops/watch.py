@@ -1,0 +1,317 @@
+"""Use case: is the loss continuous across a resume? Returns a ``WatchResult``; never prints.
+
+Three ways in, one decision (``ckptctl.core.watch.analyze``):
+
+* ``watch_log(path, ...)`` reads a log file, an fsspec URL or ``-`` (stdin),
+  whole or ``follow=True`` until a decision or ``timeout_s``.
+* ``watch_lines(lines, ...)`` consumes any iterable of lines, e.g. the live
+  output of a torchrun child, and stops as soon as the verdict is decided.
+* ``LossWatcher`` is the push form for a caller that already owns the read
+  loop: ``feed(line)`` returns the result once decided, ``result()`` at any time.
+
+``ckptctl recover`` uses the verdict: ``continuous`` lets the run go on; any
+other verdict (``spike``, ``nan``, ``replayed-steps``, ``skipped-steps``,
+``diverged``) means fall back one checkpoint; ``insufficient-data`` means the
+question is still open (not enough steps yet, or no pre-failure baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import IO, Any
+
+from ckptctl.adapters.follow import STDIN, LineReader
+from ckptctl.core import watch as core
+from ckptctl.core.losslog import AUTO, FORMATS, PatternError
+from ckptctl.errors import InputError, UsageError
+
+#: Version of the JSON document; additions keep it, renames/removals bump it.
+SCHEMA = "ckptctl.watch/1"
+#: How long ``--follow`` waits for a decision by default.
+DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_POLL_INTERVAL_S = 0.5
+
+VERDICTS = core.VERDICTS
+CONTINUOUS = core.CONTINUOUS
+INSUFFICIENT = core.INSUFFICIENT
+
+WatchConfig = core.WatchConfig
+
+
+def make_config(**fields: Any) -> core.WatchConfig:
+    """A ``WatchConfig`` whose range errors are usage errors (they come from flags)."""
+    try:
+        return core.WatchConfig(**fields)
+    except core.WatchConfigError as e:
+        raise UsageError(f"invalid threshold: {e}") from e
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WatchResult:
+    """The verdict on one resume, with every number behind it.
+
+    ``to_json()`` is the documented ``--json`` document (docs/watch.md).
+    """
+
+    verdict: str
+    """One of ``VERDICTS``: ``continuous`` is the only healthy one."""
+    report: core.WatchReport
+    """The analysis: resume, baseline, threshold, observed points, findings, explanation."""
+    log: str
+    """The log read (path, URL, ``-`` or a caller-chosen name for a stream)."""
+    baseline_path: str | None
+    log_format: str | None
+    """Format of the log as detected or requested (None: no loss line recognised)."""
+    baseline_format: str | None
+    num_lines: int
+    """Lines read from the log."""
+    num_baseline_points: int
+    followed: bool
+    timed_out: bool
+    """The deadline ended reading before a decision."""
+    config: core.WatchConfig
+
+    @property
+    def is_continuous(self) -> bool:
+        return self.verdict == CONTINUOUS
+
+    @property
+    def decided(self) -> bool:
+        """More log lines cannot change the verdict."""
+        return self.report.decided
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "decided": r.decided,
+            "resume_step": r.resume_step,
+            "resume_step_source": r.resume_step_source,
+            "resume_detected_by": r.resume_detected_by,
+            "resume_line": r.resume_line,
+            "first_resumed_step": r.first_resumed_step,
+            "baseline": r.baseline.to_json() if r.baseline else None,
+            "threshold": r.threshold.to_json() if r.threshold else None,
+            "observed": r.observed.to_json() if r.observed else None,
+            "rerun": r.rerun.to_json() if r.rerun else None,
+            "findings": [f.to_json() for f in r.findings],
+            "explanation": list(r.explanation),
+            "notes": list(r.notes),
+            "log": {
+                "path": self.log,
+                "format": self.log_format,
+                "num_lines": self.num_lines,
+                "num_points": r.num_points,
+                "rank": r.rank,
+                "step_kind": r.step_kind,
+                "log_interval": r.log_interval,
+                "num_segments": r.num_segments,
+            },
+            "baseline_log": (
+                {
+                    "path": self.baseline_path,
+                    "format": self.baseline_format,
+                    "num_points": self.num_baseline_points,
+                }
+                if self.baseline_path is not None
+                else None
+            ),
+            "followed": self.followed,
+            "timed_out": self.timed_out,
+            "config": self.config.to_json(),
+        }
+
+
+class LossWatcher:
+    """Push API: ``feed(line)`` each line of the resumed run; the result once decided.
+
+    The baseline (the pre-failure log) is read first, from ``baseline_path`` or
+    ``baseline_lines``; without one the pre-failure lines must come through
+    ``feed`` too (the same log across the restart).
+    """
+
+    def __init__(
+        self,
+        *,
+        resume_step: int | None = None,
+        config: core.WatchConfig | None = None,
+        log_format: str = AUTO,
+        pattern: str | None = None,
+        baseline_path: str | None = None,
+        baseline_lines: Iterable[str] | None = None,
+        source: str = "<stream>",
+    ) -> None:
+        if resume_step is not None and resume_step < 0:
+            raise UsageError(f"--resume-step must be >= 0, got {resume_step}")
+        if log_format != AUTO and log_format not in FORMATS:
+            raise UsageError(
+                f"unknown log format {log_format!r}; choose auto or one of {', '.join(FORMATS)}"
+            )
+        if baseline_path is not None and baseline_lines is not None:
+            raise UsageError("give the baseline as a path or as lines, not both")
+        try:
+            self._session = core.WatchSession(
+                config=config, resume_step=resume_step, log_format=log_format, pattern=pattern
+            )
+        except PatternError as e:
+            raise UsageError(str(e)) from e
+        self.source = source
+        self.baseline_path = baseline_path
+        if baseline_path is not None:
+            if baseline_path == STDIN:
+                raise UsageError("--baseline cannot be stdin ('-'); give the pre-failure log file")
+            baseline_lines = (line for line in LineReader(baseline_path) if line is not None)
+        if baseline_lines is not None:
+            for line in baseline_lines:
+                self._session.feed_baseline(line)
+            if self._session.num_baseline_points == 0:
+                name = baseline_path or "the baseline"
+                raise InputError(
+                    f"{name}: no training loss lines recognised",
+                    hint=_FORMAT_HINT,
+                )
+            if baseline_path is None:
+                self.baseline_path = "<lines>"
+
+    @property
+    def config(self) -> core.WatchConfig:
+        return self._session.config
+
+    @property
+    def num_lines(self) -> int:
+        return self._session.num_log_lines
+
+    @property
+    def num_points(self) -> int:
+        return self._session.num_log_points
+
+    def feed(self, line: str, *, evaluate: bool = True) -> WatchResult | None:
+        """One line of the log; the result when the verdict is decided, else None."""
+        report = self._session.feed(line, evaluate=evaluate)
+        return None if report is None else self._result(report, timed_out=False)
+
+    def result(self, *, timed_out: bool = False) -> WatchResult:
+        """The verdict on everything fed so far (``insufficient-data`` while undecided)."""
+        return self._result(self._session.evaluate(), timed_out=timed_out)
+
+    def _result(self, report: core.WatchReport, *, timed_out: bool) -> WatchResult:
+        if timed_out and not report.decided:
+            report = _with_note(report, "timed out before a decision")
+        return WatchResult(
+            verdict=report.verdict,
+            report=report,
+            log=self.source,
+            baseline_path=self.baseline_path,
+            log_format=self._session.log_format,
+            baseline_format=self._session.baseline_format,
+            num_lines=self._session.num_log_lines,
+            num_baseline_points=self._session.num_baseline_points,
+            followed=False,
+            timed_out=timed_out,
+            config=self._session.config,
+        )
+
+
+_FORMAT_HINT = (
+    f"formats read: {', '.join(FORMATS)}; name one with --format, "
+    "or give --pattern with named groups (?P<step>...) and (?P<loss>...)"
+)
+
+
+def _with_note(report: core.WatchReport, note: str) -> core.WatchReport:
+    return replace(report, notes=(*report.notes, note))
+
+
+def watch_lines(
+    lines: Iterable[str],
+    *,
+    resume_step: int | None = None,
+    config: core.WatchConfig | None = None,
+    log_format: str = AUTO,
+    pattern: str | None = None,
+    baseline_path: str | None = None,
+    baseline_lines: Iterable[str] | None = None,
+    stop_when_decided: bool = True,
+    source: str = "<stream>",
+) -> WatchResult:
+    """Judge a resume from an iterable of lines; stops reading at the decision by default."""
+    watcher = LossWatcher(
+        resume_step=resume_step,
+        config=config,
+        log_format=log_format,
+        pattern=pattern,
+        baseline_path=baseline_path,
+        baseline_lines=baseline_lines,
+        source=source,
+    )
+    for line in lines:
+        decided = watcher.feed(line, evaluate=stop_when_decided)
+        if decided is not None:
+            return decided
+    return watcher.result()
+
+
+def watch_log(
+    path: str,
+    *,
+    resume_step: int | None = None,
+    config: core.WatchConfig | None = None,
+    log_format: str = AUTO,
+    pattern: str | None = None,
+    baseline_path: str | None = None,
+    follow: bool = False,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    stdin: IO[str] | None = None,
+) -> WatchResult:
+    """Judge the latest resume in the log at ``path`` (a file, an fsspec URL, or ``-``).
+
+    Without ``follow`` the whole log is read, then judged. With ``follow`` the
+    content already there is read and judged first; then new lines are judged as
+    they arrive until the verdict is decided or ``timeout_s`` passes (None: no limit).
+    Raises ``InputError`` when a complete (not followed) log has no loss line.
+    """
+    if timeout_s is not None and timeout_s < 0:
+        raise UsageError(f"--timeout must be >= 0, got {timeout_s}")
+    watcher = LossWatcher(
+        resume_step=resume_step,
+        config=config,
+        log_format=log_format,
+        pattern=pattern,
+        baseline_path=baseline_path,
+        source=path,
+    )
+    reader = LineReader(
+        path, follow=follow, timeout_s=timeout_s, poll_interval_s=poll_interval_s, stdin=stdin
+    )
+    result = _read_until_decided(watcher, reader)
+    if not follow and watcher.num_points == 0:
+        what = "stdin" if path == STDIN else path
+        raise InputError(
+            f"{what}: no training loss lines recognised in {watcher.num_lines} line(s)",
+            hint=_FORMAT_HINT,
+        )
+    report = result.report
+    if reader.num_truncations:
+        report = _with_note(report, "the log shrank while followed (truncated or rotated)")
+    if follow and watcher.num_points == 0:
+        report = _with_note(report, f"no training loss line read in {watcher.num_lines} line(s)")
+    return replace(result, report=report, followed=follow)
+
+
+def _read_until_decided(watcher: LossWatcher, reader: LineReader) -> WatchResult:
+    caught_up = False
+    for line in reader:
+        if line is None:
+            # Caught up with the writer: judge what is there before waiting for more.
+            caught_up = True
+            current = watcher.result()
+            if current.decided:
+                return current
+            continue
+        decided = watcher.feed(line, evaluate=caught_up)
+        if decided is not None:
+            return decided
+    return watcher.result(timed_out=reader.timed_out)
