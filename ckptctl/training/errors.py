@@ -1,0 +1,29 @@
+"""Errors raised by ``ckptctl.training``; all are ``CkptctlError``s with a one-line message and a hint."""
+
+from __future__ import annotations
+
+from ckptctl.errors import CkptctlError, ProblemFound
+
+
+class CheckpointSaveError(CkptctlError):
+    """A save failed; nothing was committed (the temporary directory, if any, is left for inspection)."""
+
+
+class UnsafeStateError(CheckpointSaveError):
+    """A non-tensor value in the state would not load with ``torch.load(weights_only=True)``."""
+
+
+class CheckpointLoadError(CkptctlError):
+    """A checkpoint could not be loaded into the given state."""
+
+
+class UnsafeCheckpointError(CheckpointLoadError):
+    """A record in the checkpoint needs more than ``weights_only`` unpickling; it was refused, nothing ran."""
+
+
+class IncompleteCheckpointError(CheckpointLoadError):
+    """The checkpoint named for loading is not complete (ckptctl's verifier says why)."""
+
+
+class NoCompleteCheckpointError(ProblemFound):
+    """``load_latest`` found no complete checkpoint under the run root."""
