@@ -294,7 +294,7 @@ def plan_rollback(
             return Refusal(
                 code=NOTHING_TO_ROLL_BACK,
                 message="no complete checkpoint in the run root: nothing to roll back",
-                hint="run `ckptctl list ROOT` to see every checkpoint and why it is not complete",
+                hint=f"run `ckptctl list {root}` to see every checkpoint and why it is not complete",
             )
         target = current
     else:
@@ -310,7 +310,7 @@ def plan_rollback(
             return Refusal(
                 code=NO_SUCH_STEP,
                 message=f"no checkpoint at step {step} to roll back{detail}",
-                hint="run `ckptctl list ROOT` to see the steps there are",
+                hint=f"run `ckptctl list {root}` to see the steps there are",
                 current_locate=current_name,
             )
         if len(matches) > 1:
@@ -338,7 +338,7 @@ def plan_rollback(
             code=NO_FALLBACK,
             message=f"refusing to roll back {target.name}: no complete checkpoint older than step "
             f"{target.step} to fall back to",
-            hint="nothing was renamed; run `ckptctl list ROOT` to see why the older checkpoints "
+            hint=f"nothing was renamed; run `ckptctl list {root}` to see why the older checkpoints "
             "are not complete",
             current_locate=current_name,
         )
@@ -410,7 +410,7 @@ def plan_undo(
         return Refusal(
             code=NOTHING_TO_UNDO,
             message=f"no quarantined checkpoint{where} in the run root: nothing to undo",
-            hint="`ckptctl audit ROOT` shows past rollbacks",
+            hint=f"`ckptctl audit {root}` shows past rollbacks",
             current_locate=current_name,
         )
     target = max(quarantined, key=lambda c: (stamp_of(c.name), -c.step))
@@ -421,8 +421,8 @@ def plan_undo(
         return Refusal(
             code=NAME_TAKEN,
             message=f"cannot restore {target.name}: {original} exists (saved again since the rollback?)",
-            hint=f"nothing was renamed; move {original} aside first (e.g. `ckptctl rollback --step "
-            f"{target.step} ROOT` quarantines it), then undo again",
+            hint=f"nothing was renamed; to restore the old one anyway, first rename {original} "
+            f"aside by hand (e.g. to {original}.replaced), then undo again",
             current_locate=current_name,
         )
     if target.status is None:

@@ -228,7 +228,7 @@ def _apply(storage: Storage, root: str, plan: RollbackPlan, paths: dict[str, str
         )
         raise StorageError(
             f"could not rename {plan.source} to {plan.destination}: {e.message}.{both}",
-            hint="run `ckptctl list ROOT` to see the state; see docs/rollback.md "
+            hint=f"run `ckptctl list {storage.url(root)}` to see the state; see docs/rollback.md "
             "(interrupted renames) before retrying",
         ) from e
     storage.invalidate_cache(root)
