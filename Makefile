@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[torch,s3,dev]"
+	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)

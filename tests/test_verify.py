@@ -371,3 +371,43 @@ def test_metadata_reader_does_not_import_torch() -> None:
 
 def test_manifest_file_name_constant() -> None:
     assert MANIFEST_NAME == "ckptctl.json"
+
+
+def test_streaming_path_for_large_records_agrees(run_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records above the in-memory limit are checked member by member; same verdicts."""
+    import ckptctl.ops.checkpoints as ops
+
+    monkeypatch.setattr(ops, "_WHOLE_RECORD_MAX_BYTES", 1000)
+    monkeypatch.setattr(ops, "_STREAM_CHUNK_BYTES", 700)
+    ckpt = run_root / "step_30"
+    write_manifest(ckpt, step=30, world_size=2)
+    clean = verify_checkpoint(str(ckpt), deep=True)
+    assert clean.status == "complete", clean.problems
+    assert clean.members_crc_checked > 100
+    shard, off = tensor_data_offset(ckpt)
+    flip_bit(ckpt / shard, off)
+    r = verify_checkpoint(str(ckpt), deep=True)
+    assert any("CRC-32 mismatch" in p for p in r.problems), r.problems
+    assert any(p.startswith("checksum mismatch: " + shard) for p in r.problems), r.problems
+
+
+def test_crc_of_pieces_matches_plain_crc() -> None:
+    import os
+    import random
+    import zlib
+
+    from ckptctl.core.crc import crc32_of_pieces
+
+    rng = random.Random(7)
+    for _ in range(50):
+        buf = os.urandom(rng.randint(0, 300_000))
+        pieces = []
+        pos = 0
+        while pos < len(buf):
+            start = pos + rng.randint(0, 5000)
+            length = rng.randint(0, 100_000)
+            if start + length > len(buf):
+                break
+            pieces.append((start, length, zlib.crc32(buf[start : start + length])))
+            pos = start + length
+        assert crc32_of_pieces(buf, pieces, zlib.crc32, min_piece_bytes=rng.choice([1, 1000, 1 << 16])) == zlib.crc32(buf)

@@ -171,14 +171,14 @@ def unpickle_metadata(data: bytes) -> Any:
 
 
 def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if type(value) is tuple and all(type(v) is int for v in value):
+        return value  # the common case: torch.Size was rebuilt as a tuple of ints
     if not isinstance(value, (tuple, list)):
         raise MetadataError(f"{what} is {type(value).__name__}, expected a sequence of ints")
-    out = []
     for v in value:
         if not isinstance(v, int) or isinstance(v, bool):
             raise MetadataError(f"{what} holds {v!r}, expected ints")
-        out.append(v)
-    return tuple(out)
+    return tuple(value)
 
 
 def _attr(obj: Any, name: str, what: str) -> Any:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
 from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, WorldSizeOpt
-from ckptctl.ops import checkpoints as ops
+
+if TYPE_CHECKING:
+    from ckptctl.ops import checkpoints as ops_t
+
+# ops modules are imported inside each command: `ckptctl --help` must stay fast.
 
 RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 AllowGlobalOpt = Annotated[
@@ -38,7 +41,7 @@ def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{s}[/]"
 
 
-def _render_report(r: ops.CheckpointReport) -> None:
+def _render_report(r: ops_t.CheckpointReport) -> None:
     console = out.out()
     ws = f"{r.world_size} ({r.world_size_source})" if r.world_size else "unknown"
     console.print(f"{_status(r.status)}  {escape(r.path)}")
@@ -58,7 +61,9 @@ def _render_report(r: ops.CheckpointReport) -> None:
         console.print(f"  [dim]note: {escape(n)}[/dim]")
 
 
-def _options(deep: bool, world_size: int | None, check_finite: bool, allow: list[str] | None) -> ops.CheckOptions:
+def _options(deep: bool, world_size: int | None, check_finite: bool, allow: list[str] | None) -> ops_t.CheckOptions:
+    from ckptctl.ops import checkpoints as ops
+
     return ops.CheckOptions(
         deep=deep or check_finite,
         world_size=world_size,
@@ -74,11 +79,15 @@ def list_cmd(
     world_size: WorldSizeOpt = None,
 ) -> None:
     """List every checkpoint under ROOT, newest first, with its verified status."""
+    from ckptctl.ops import checkpoints as ops
+
     with out.byte_progress("verifying") as bp:
         result = ops.list_checkpoints(root, options=_options(deep, world_size, False, None), progress=bp.advance)
     if json_:
         out.emit_json(result.to_json())
     else:
+        from rich.table import Table
+
         if not result.checkpoints:
             out.warn(f"no checkpoint directories under {result.root}")
         table = Table(show_edge=False, box=None, pad_edge=False)
@@ -115,6 +124,8 @@ def locate_cmd(
     world_size: WorldSizeOpt = None,
 ) -> None:
     """Print the path of the newest COMPLETE checkpoint under ROOT (nothing else on stdout)."""
+    from ckptctl.ops import checkpoints as ops
+
     with out.byte_progress("verifying") as bp:
         result = ops.find_latest_complete(
             root, options=_options(deep, world_size, False, None), before_step=before, progress=bp.advance
@@ -147,6 +158,8 @@ def verify_cmd(
     allow_global: AllowGlobalOpt = None,
 ) -> None:
     """Prove a checkpoint complete (or every checkpoint under a run root); report every problem."""
+    from ckptctl.ops import checkpoints as ops
+
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
         result = ops.verify_target(
             target, options=_options(deep, world_size, check_finite, allow_global), progress=bp.advance

@@ -8,6 +8,9 @@ by x^(8*len2) modulo the CRC polynomial), instead of a second pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 _POLY = 0xEDB88320  # reflected CRC-32 polynomial
 
 
@@ -51,3 +54,30 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     if len2 <= 0:
         return crc1
     return _multmodp(_x2nmodp(len2, 3), crc1) ^ crc2
+
+
+def crc32_of_pieces(
+    buf: Any,
+    pieces: list[tuple[int, int, int]],
+    crc32: Callable[[Any, int], int],
+    *,
+    min_piece_bytes: int = 1 << 16,
+) -> int:
+    """CRC-32 of ``buf`` reusing the known CRCs of some of its ranges.
+
+    ``pieces`` are ``(start, length, crc)`` ranges of ``buf`` whose CRC is already
+    known (zip member data). Ranges shorter than ``min_piece_bytes`` are simply
+    re-read: combining costs a few microseconds, re-reading a small range less.
+    """
+    crc = 0
+    pos = 0
+    for start, length, piece_crc in sorted(pieces):
+        if length < min_piece_bytes or start < pos:
+            continue
+        if start > pos:
+            crc = crc32(buf[pos:start], crc)
+        crc = crc32_combine(crc, piece_crc, length)
+        pos = start + length
+    if pos < len(buf):
+        crc = crc32(buf[pos:], crc)
+    return crc

@@ -6,6 +6,7 @@ unpickler; the verifier in ``ckptctl.core.verify`` reasons about them.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -85,6 +86,7 @@ class DcpIndex:
     version: str | None = None
 
 
+@functools.lru_cache(maxsize=65536)
 def shard_rank(name: str) -> int | None:
     """The writer rank of a ``__r_n.distcp`` file name, else None."""
     m = SHARD_NAME.match(name)

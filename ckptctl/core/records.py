@@ -18,7 +18,9 @@ import pickletools
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
@@ -246,16 +248,22 @@ def scan_pickle(data: bytes, findings: RecordFindings, where: str, extra_allowed
             )
 
 
-def check_record(record: bytes, *, extra_allowed: frozenset[str] = frozenset()) -> tuple[RecordFindings, list[tuple[int, int, int]]]:
-    """Deep-check one whole record held in memory.
+def check_record(
+    record: Any,
+    *,
+    extra_allowed: frozenset[str] = frozenset(),
+    crc32: Callable[[Any, int], int] = zlib.crc32,
+) -> tuple[RecordFindings, list[tuple[int, int, int]]]:
+    """Deep-check one whole record held in memory (``bytes`` or a ``memoryview``).
 
     Returns the findings and the member data pieces as ``(start, length, crc32)``
     relative to the record start, for callers assembling a whole-file CRC.
+    ``crc32`` may be any implementation of the zip polynomial (ISA-L, zlib-ng).
     """
     findings = RecordFindings()
     pieces: list[tuple[int, int, int]] = []
     try:
-        members = parse_directory(record[-TAIL_READ_BYTES:], len(record))
+        members = parse_directory(bytes(record[-TAIL_READ_BYTES:]), len(record))
     except RecordFormatError as e:
         findings.problems.append(str(e))
         return findings, pieces
@@ -263,7 +271,7 @@ def check_record(record: bytes, *, extra_allowed: frozenset[str] = frozenset()) 
         findings.problems.append("record has no data.pkl member (not a torch.save archive)")
     for m in members:
         try:
-            start = data_offset(record[m.local_header_offset : m.local_header_offset + 30], m)
+            start = data_offset(bytes(record[m.local_header_offset : m.local_header_offset + 30]), m)
         except RecordFormatError as e:
             findings.problems.append(str(e))
             continue
@@ -276,14 +284,14 @@ def check_record(record: bytes, *, extra_allowed: frozenset[str] = frozenset()) 
             data = raw
         elif m.method == 8:
             try:
-                data = zlib.decompress(raw, -15)
+                data = zlib.decompress(bytes(raw), -15)
             except zlib.error as e:
                 findings.problems.append(f"member {m.name}: cannot inflate: {e}")
                 continue
         else:
             findings.problems.append(f"member {m.name}: unsupported compression method {m.method}")
             continue
-        crc = zlib.crc32(data)
+        crc = crc32(data, 0)
         check_member_crc(m, crc, findings)
         if m.method == 0:
             pieces.append((start, len(raw), crc))
