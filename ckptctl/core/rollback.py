@@ -207,6 +207,8 @@ def stamp_to_iso(now_stamp: str) -> str:
         dt = datetime.strptime(now_stamp, STAMP_FORMAT)
     except ValueError as e:
         raise ValueError(f"now_stamp {now_stamp!r} is not of the form 20261121T031200Z") from e
+    if dt.strftime(STAMP_FORMAT) != now_stamp:  # strptime accepts '0312' for %H%M%S
+        raise ValueError(f"now_stamp {now_stamp!r} is not of the form 20261121T031200Z")
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -371,13 +371,7 @@ def _run(
             return
         _apply(storage, path, decision, paths)
         result.done = True
-        after = find_latest_complete(root, progress=progress).checkpoint
-        result.locate = after.path if after else None
-        if (after.name if after else None) != decision.next_locate:
-            result.warnings.append(
-                f"locate now returns {after.name if after else 'nothing'}, not {decision.next_locate} "
-                "as planned: the run root changed while we worked (is a training job still writing?)"
-            )
+        _check_after(result, decision, {c.name: c.status for c in cands}, root, progress)
 
     if dry_run:
         holder = read_lock(storage, path)
@@ -397,6 +391,35 @@ def _run(
             result.warnings.extend(held.notes)
             plan_and_apply()
     return result
+
+
+def _check_after(
+    result: RollbackResult,
+    plan: RollbackPlan,
+    known: dict[str, str | None],
+    root: str,
+    progress: ProgressFn,
+) -> None:
+    """Locate again (quick, as `ckptctl locate` does) and compare with the plan."""
+    after = find_latest_complete(root, progress=progress).checkpoint
+    after_name = after.name if after else None
+    if after_name == plan.next_locate:
+        result.locate = after.path if after else None
+        return
+    if after_name is not None and known.get(after_name) not in (None, plan_core.COMPLETE):
+        # The plan saw a stronger verdict (--deep) than a quick locate can: keep to it.
+        result.locate = plan.path(plan.next_locate)
+        result.warnings.append(
+            f"a plain `ckptctl locate` returns {after_name}: it passes the quick check but failed "
+            f"the --deep check; the newest deeply verified checkpoint is {plan.next_locate}. Resume "
+            f"from that path (or use `ckptctl locate --deep`), or roll {after_name} back too"
+        )
+        return
+    result.locate = after.path if after else None
+    result.warnings.append(
+        f"locate now returns {after_name or 'nothing'}, not {plan.next_locate} as planned: the run "
+        "root changed while we worked (is a training job still writing to it?)"
+    )
 
 
 def _path(url: str, name: str | None) -> str | None:
