@@ -1,0 +1,596 @@
+"""Start the job, stream its output, forward signals, never leave a process behind.
+
+``Supervisor`` runs one argv (a list; never a shell) and supervises it:
+
+* **Process layout.** The child (torchrun, or an ``srun`` that runs torchrun) is
+  started in a new session, so a Ctrl-C typed at ckptctl's terminal reaches
+  ckptctl only, and ckptctl decides what the job gets. torchrun (torch >= 2.x,
+  checked on 2.13) starts every worker in a session of its own, so signalling
+  torchrun's process group does not reach the workers: the supervisor keeps a
+  table of the job's descendants (``/proc``, or ``ps`` elsewhere), refreshed
+  while the job runs, so it can still find workers whose torchrun has died.
+* **Output.** stdout and stderr of the whole job are merged into one pipe; every
+  line goes, as it arrives, to the log file (flushed per line, so ``tail -f``
+  works) and to ``on_output`` (the console sink), then to ``on_line``.
+* **Stopping.** ``stop()`` (any thread), ``on_line`` returning ``True``, or a
+  SIGINT/SIGTERM/SIGHUP received by ckptctl sends SIGTERM to torchrun's process
+  group; torchrun then sends SIGTERM to its workers and waits for them. After
+  ``stop_grace_s`` the supervisor SIGKILLs torchrun and every live descendant.
+  A second signal to ckptctl skips the rest of the grace period.
+* **Leftovers.** When torchrun has exited, any descendant still alive (an orphaned
+  worker, a stray helper process) gets SIGTERM, then SIGKILL after the grace.
+
+Signal handlers can only be installed from the main thread: called from another
+thread, the supervisor does not forward signals (the caller then owns them and
+can call ``stop()``). If ckptctl itself is SIGKILLed nothing can be forwarded,
+and the job runs on without its console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import FrameType
+from typing import IO, Any
+
+from ckptctl import exit_codes
+from ckptctl.core.launch_plan import exit_code_for, signal_name, signal_of
+from ckptctl.errors import CkptctlError
+
+#: The console sink: one line of job output, without its newline.
+OutputFn = Callable[[str], None]
+#: Sees every line after the sink; returns True to stop the job (SIGTERM, then SIGKILL).
+LineFn = Callable[[str], bool]
+
+#: Signals ckptctl forwards to the job (as SIGTERM) while it supervises one.
+FORWARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+# A line longer than this is delivered in pieces (a runaway progress bar must not eat memory).
+_MAX_LINE_BYTES = 1 << 20
+# After the child exits, how long to wait for the last output before looking for
+# whoever else still holds the pipe.
+_EOF_WAIT_S = 1.0
+_EOF = object()
+
+
+class LaunchError(CkptctlError):
+    """The job could not be started (launcher not found, log directory not writable)."""
+
+    exit_code = exit_codes.TOOL_FAILED
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchResult:
+    """How a supervised job ended."""
+
+    argv: tuple[str, ...]
+    """The command that ran."""
+    pid: int
+    """The child's pid (torchrun, or the launcher wrapping it)."""
+    returncode: int
+    """As ``Popen`` reports it: the exit code, or ``-N`` when killed by signal N."""
+    signal: int | None
+    """The signal that killed the child, if one did."""
+    log_path: str | None
+    """The log file with the job's whole output (``None`` when logging was off)."""
+    started: datetime
+    """UTC."""
+    ended: datetime
+    """UTC."""
+    stopped_by_callback: bool
+    """``on_line`` asked for the stop."""
+    interrupted_by: int | None = None
+    """A signal ckptctl received (and forwarded as SIGTERM), if any."""
+    stop_reason: str | None = None
+    """Why the job was stopped, when it did not end by itself."""
+    killed: bool = False
+    """The grace period ran out and the job was SIGKILLed."""
+    orphans_killed: tuple[int, ...] = ()
+    """Pids of descendants still alive after the child exited, which the supervisor ended."""
+    notes: tuple[str, ...] = ()
+    """Trouble that did not stop the job (console gone, log write failed)."""
+
+    @property
+    def exit_code(self) -> int:
+        """ckptctl's exit code for this job (see ``core.launch_plan.exit_code_for``)."""
+        return exit_code_for(self.returncode, self.interrupted_by)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.stop_reason is None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended - self.started).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "pid": self.pid,
+            "returncode": self.returncode,
+            "signal": signal_name(self.signal) if self.signal is not None else None,
+            "exit_code": self.exit_code,
+            "log_path": self.log_path,
+            "started": _iso(self.started),
+            "ended": _iso(self.ended),
+            "duration_s": round(self.duration_s, 3),
+            "stopped_by_callback": self.stopped_by_callback,
+            "interrupted_by": signal_name(self.interrupted_by) if self.interrupted_by is not None else None,
+            "stop_reason": self.stop_reason,
+            "killed": self.killed,
+            "orphans_killed": list(self.orphans_killed),
+            "notes": list(self.notes),
+        }
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# -- log file ---------------------------------------------------------------------------------------
+
+
+def create_log_file(log_dir: str, now: datetime) -> str:
+    """Create ``<log_dir>/launch-<UTC stamp>.log`` (``-2``, ``-3`` ... when taken); return its path."""
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(
+            f"cannot create the log directory {log_dir}: {e.strerror or e}",
+            hint="set launch.log_dir (or --log-dir) to a writable local directory",
+        ) from e
+    for n in range(1, 1000):
+        path = os.path.join(log_dir, f"launch-{stamp}{'' if n == 1 else f'-{n}'}.log")
+        try:
+            with open(path, "x", encoding="utf-8"):
+                return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise LaunchError(
+                f"cannot create the log file {path}: {e.strerror or e}",
+                hint="set launch.log_dir (or --log-dir) to a writable local directory",
+            ) from e
+    raise LaunchError(f"too many launch logs for {stamp} in {log_dir}")
+
+
+# -- the job's processes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Proc:
+    pid: int
+    ppid: int
+    pgid: int
+    start: str | None
+    """Start time (clock ticks since boot on Linux): tells a pid from a reused one."""
+    is_zombie: bool
+
+
+def _process_table() -> dict[int, _Proc]:
+    if os.path.isdir("/proc/self"):
+        table: dict[int, _Proc] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # gone meanwhile
+            # The command name (field 2) is in parentheses and may contain anything.
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if len(fields) < 20:
+                continue
+            table[int(name)] = _Proc(int(name), int(fields[1]), int(fields[2]), fields[19], fields[0] == "Z")
+        return table
+    try:  # macOS, BSD: no start times, pid reuse within one job's lifetime is unlikely
+        out = subprocess.run(
+            ["ps", "-A", "-o", "pid=", "-o", "ppid=", "-o", "pgid=", "-o", "stat="],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    table = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0].isdigit():
+            pid = int(parts[0])
+            table[pid] = _Proc(pid, int(parts[1]), int(parts[2]), None, parts[3].startswith("Z"))
+    return table
+
+
+class _JobTree:
+    """Every process seen descending from the child, remembered after its parent dies."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.known: dict[int, _Proc] = {}
+
+    def refresh(self) -> None:
+        table = _process_table()
+        children: dict[int, list[int]] = {}
+        for p in table.values():
+            children.setdefault(p.ppid, []).append(p.pid)
+        # Start from the root and from every known process still alive: a worker
+        # orphaned by a dead torchrun is re-parented to init, but its own children
+        # still hang below it.
+        stack = [self.root_pid] + [pid for pid, p in self.known.items() if self._same(table, p)]
+        while stack:
+            pid = stack.pop()
+            for child in children.get(pid, ()):
+                if child not in self.known or not self._same(table, self.known[child]):
+                    self.known[child] = table[child]
+                    stack.append(child)
+
+    @staticmethod
+    def _same(table: dict[int, _Proc], p: _Proc) -> bool:
+        now = table.get(p.pid)
+        return now is not None and now.start == p.start and not now.is_zombie
+
+    def alive(self) -> list[_Proc]:
+        """Known descendants that are still running (zombies and reused pids excluded)."""
+        table = _process_table()
+        return [p for p in self.known.values() if self._same(table, p)]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    # Never our own group (or init's): a descendant cannot be in it -- the child
+    # is in a new session -- but a misread table must not make ckptctl kill itself.
+    if pgid <= 1 or pgid == os.getpgrp():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    if pid <= 1 or pid == os.getpid():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+# -- the supervisor ---------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Run one job to the end; see the module docstring. One ``run()`` per instance."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        log_path: str | None = None,
+        on_output: OutputFn | None = None,
+        on_line: LineFn | None = None,
+        on_start: Callable[[Supervisor], None] | None = None,
+        stop_grace_s: float = 60.0,
+        forward_signals: bool = True,
+        poll_s: float = 0.1,
+        tree_refresh_s: float = 0.5,
+    ) -> None:
+        """
+        ``env`` is added to ckptctl's environment. ``on_output`` gets every line
+        (the console); ``on_line`` too, afterwards, until it first returns True
+        (then the job is stopped). ``on_start`` is called once the child runs
+        (``supervisor.pid`` is set). ``forward_signals`` installs SIGINT/SIGTERM/
+        SIGHUP handlers for the duration of ``run()`` (main thread only).
+        """
+        if not argv:
+            raise ValueError("empty argv")
+        self.argv = tuple(argv)
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.log_path = log_path
+        self.on_output = on_output
+        self.on_line = on_line
+        self.on_start = on_start
+        self.stop_grace_s = stop_grace_s
+        self.forward_signals = forward_signals
+        self.poll_s = poll_s
+        self.tree_refresh_s = tree_refresh_s
+
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tree: _JobTree | None = None
+        self._ran = False
+        self._stop_reason: str | None = None
+        self._term_at: float | None = None
+        self._kill_now = False
+        self._killed = False
+        self._interrupted_by: int | None = None
+        self._stopped_by_callback = False
+        self._callback_error: BaseException | None = None
+        self._notes: list[str] = []
+        self._log: IO[bytes] | None = None
+
+    # -- public --------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid once started."""
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Ask the job to stop: SIGTERM now, SIGKILL after ``stop_grace_s``. Any thread; idempotent."""
+        if self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        self._term_at = time.monotonic()
+        self._send_term()
+
+    def run(self) -> LaunchResult:
+        """Start the job, supervise it to its end, and return how it ended.
+
+        Raises ``LaunchError`` when it cannot start. If a callback raises, the
+        job is stopped (and waited for) before the exception propagates.
+        """
+        if self._ran:
+            raise RuntimeError("a Supervisor runs once")
+        self._ran = True
+        previous = self._install_handlers()
+        try:
+            return self._run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if self._log is not None:
+                self._log.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _send_term(self) -> None:
+        # Called from the signal handler too: touch no shared containers here.
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._interrupted_by is None:
+            self._interrupted_by = signum
+            self.stop(f"ckptctl received {signal_name(signum)}")
+        else:
+            self._kill_now = True  # a second signal: no more grace
+
+    def _install_handlers(self) -> dict[int, Any]:
+        if not self.forward_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+        for sig in FORWARDED_SIGNALS:
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN:
+                continue  # nohup / a background job: the user asked for this signal to be ignored
+            previous[sig] = current
+            signal.signal(sig, self._on_signal)
+        return previous
+
+    def _log_write(self, data: bytes) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(data)
+            self._log.flush()
+        except (OSError, ValueError) as e:
+            self._notes.append(f"writing the log {self.log_path} failed, log incomplete: {e}")
+            self._log = None
+
+    def _reader(self, pipe: IO[bytes], lines: queue.Queue[object]) -> None:
+        try:
+            for raw in iter(lambda: pipe.readline(_MAX_LINE_BYTES), b""):
+                self._log_write(raw)
+                lines.put(raw)
+        except (OSError, ValueError):
+            pass
+        finally:
+            lines.put(_EOF)
+
+    def _handle(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if self.on_output is not None:
+            try:
+                self.on_output(line)
+            except OSError as e:
+                # The console went away (closed pipe, hung-up terminal): the job and its
+                # log carry on; only the console copy stops.
+                self._notes.append(f"console output stopped: {e}")
+                self.on_output = None
+            except Exception as e:
+                self._fail_callback(e, "on_output")
+        if self.on_line is not None and not self._stopped_by_callback and self._callback_error is None:
+            try:
+                wants_stop = self.on_line(line)
+            except Exception as e:
+                self._fail_callback(e, "on_line")
+                return
+            if wants_stop:
+                self._stopped_by_callback = True
+                self.stop("stop requested by the line callback")
+
+    def _fail_callback(self, e: BaseException, which: str) -> None:
+        if self._callback_error is None:
+            self._callback_error = e
+            self.stop(f"{which} callback raised {type(e).__name__}")
+
+    def _kill_everything(self) -> None:
+        self._killed = True
+        proc, tree = self._proc, self._tree
+        if proc is None or tree is None:
+            return
+        if proc.poll() is None:
+            tree.refresh()
+            _signal_group(proc.pid, signal.SIGKILL)
+        for p in tree.alive():
+            _signal_group(p.pgid, signal.SIGKILL)
+            _signal_pid(p.pid, signal.SIGKILL)
+
+    def _run(self) -> LaunchResult:
+        if self.log_path is not None:
+            try:
+                self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in run()
+            except OSError as e:
+                raise LaunchError(f"cannot open the log file {self.log_path}: {e.strerror or e}") from e
+        try:
+            proc = subprocess.Popen(
+                list(self.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise LaunchError(
+                f"cannot start {self.argv[0]!r}: {e.strerror or e}",
+                hint="check launch.torchrun in ckptctl.yaml (the launcher command)",
+            ) from e
+        started = _utcnow()
+        self._proc = proc
+        self._tree = tree = _JobTree(proc.pid)
+        if self._stop_reason is not None:  # a signal arrived while starting
+            self._term_at = time.monotonic()
+            self._send_term()
+        self._log_write(
+            f"# ckptctl launch: started {_iso(started)} pid {proc.pid}\n"
+            f"# ckptctl launch: argv {json.dumps(list(self.argv))}\n".encode()
+        )
+        assert proc.stdout is not None  # PIPE above
+        lines: queue.Queue[object] = queue.Queue()
+        reader = threading.Thread(target=self._reader, args=(proc.stdout, lines), name="ckptctl-launch-reader", daemon=True)
+        reader.start()
+        try:
+            if self.on_start is not None:
+                self.on_start(self)
+            self._supervise(proc, tree, lines)
+        except BaseException:
+            # ckptctl itself is failing (KeyboardInterrupt without forwarding, a bug):
+            # do not leave the job running without its supervisor.
+            self.stop("ckptctl failed while supervising")
+            self._wait_blocking(proc)
+            raise
+        finally:
+            orphans = self._reap_leftovers(tree)
+            reader.join(timeout=2.0)
+            self._drain(lines)
+            proc.stdout.close()
+        ended = _utcnow()
+        rc = proc.returncode
+        assert rc is not None
+        footer = f"# ckptctl launch: ended {_iso(ended)} returncode {rc}"
+        if rc < 0:
+            footer += f" ({signal_name(-rc)})"
+        if self._stop_reason:
+            footer += f"; stopped: {self._stop_reason}"
+        self._log_write((footer + "\n").encode())
+        if self._callback_error is not None:
+            raise self._callback_error
+        return LaunchResult(
+            argv=self.argv,
+            pid=proc.pid,
+            returncode=rc,
+            signal=signal_of(rc),
+            log_path=self.log_path,
+            started=started,
+            ended=ended,
+            stopped_by_callback=self._stopped_by_callback,
+            interrupted_by=self._interrupted_by,
+            stop_reason=self._stop_reason,
+            killed=self._killed,
+            orphans_killed=orphans,
+            notes=tuple(self._notes),
+        )
+
+    def _drain(self, lines: queue.Queue[object]) -> bool:
+        """Handle every queued line; True when the end of output was among them."""
+        eof = False
+        while True:
+            try:
+                item = lines.get_nowait()
+            except queue.Empty:
+                return eof
+            if item is _EOF:
+                eof = True
+            elif isinstance(item, bytes):
+                self._handle(item)
+
+    def _supervise(self, proc: subprocess.Popen[bytes], tree: _JobTree, lines: queue.Queue[object]) -> None:
+        eof = False
+        exited_at: float | None = None
+        refreshed_at = 0.0
+        while True:
+            try:
+                item = lines.get(timeout=self.poll_s)
+            except queue.Empty:
+                item = None
+            if item is _EOF:
+                eof = True
+            elif isinstance(item, bytes):
+                self._handle(item)
+            eof = self._drain(lines) or eof
+            now = time.monotonic()
+            running = proc.poll() is None
+            if running and now - refreshed_at >= self.tree_refresh_s:
+                tree.refresh()
+                refreshed_at = now
+            if running and not self._killed and (
+                self._kill_now or (self._term_at is not None and now - self._term_at >= self.stop_grace_s)
+            ):
+                self._kill_everything()
+            if not running:
+                if eof:
+                    return
+                exited_at = exited_at if exited_at is not None else now
+                if now - exited_at >= _EOF_WAIT_S:
+                    return  # a leftover descendant holds the pipe: _reap_leftovers ends it
+
+    def _wait_blocking(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            self._kill_everything()
+            proc.wait()
+
+    def _reap_leftovers(self, tree: _JobTree) -> tuple[int, ...]:
+        """End descendants that outlived the child: SIGTERM, then SIGKILL after the grace."""
+        alive = tree.alive()
+        if not alive:
+            return ()
+        pids = tuple(sorted(p.pid for p in alive))
+        self._notes.append(f"{len(pids)} process(es) of the job outlived it and were ended: {list(pids)}")
+        for p in alive:
+            _signal_group(p.pgid, signal.SIGTERM)
+            _signal_pid(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + (0 if self._kill_now else self.stop_grace_s)
+        while alive and time.monotonic() < deadline and not self._kill_now:
+            time.sleep(self.poll_s)
+            alive = tree.alive()
+        for p in alive:
+            _signal_group(p.pgid, signal.SIGKILL)
+            _signal_pid(p.pid, signal.SIGKILL)
+            self._killed = True
+        return pids
+
+
+def run_supervised(argv: Sequence[str], **kwargs: Any) -> LaunchResult:
+    """``Supervisor(argv, **kwargs).run()``."""
+    return Supervisor(argv, **kwargs).run()

@@ -1,0 +1,600 @@
+"""The typed ``ckptctl.yaml``: what to launch, where checkpoints live, how recover behaves.
+
+Pure: ``config_from_dict`` turns the plain data that YAML produced into frozen
+dataclasses, and every dataclass validates itself on construction (so a config
+built in code, or changed with ``dataclasses.replace``, is checked the same
+way). Every message names the field (``launch.nnodes: ...``); an unknown key is
+an error that names the key and suggests the nearest known one. Stdlib only:
+the YAML text is read by ``ckptctl.ops.launch.load_config``.
+
+File layout (every key optional; docs/launch.md is the reference)::
+
+    run_root: /shared/ckpt/run-1234      # checkpoint root (path or fsspec URL)
+    launch:                              # how `ckptctl launch` builds torchrun
+      nnodes: "1:4"                      # N or MIN:MAX (elastic)
+      nproc_per_node: 8
+      rdzv_endpoint: head-node:29400
+      script: train.py
+      script_args: [--steps, 1000]
+    recover:                             # what `ckptctl recover` does around it
+      min_nodes_policy: wait             # or shrink
+      drain: {kind: slurm}
+
+CLI flags override file values through ``ConfigOverrides`` + ``apply_overrides``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ckptctl.errors import ConfigError
+
+#: ``nproc_per_node`` words torchrun understands besides a number.
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+#: What ``recover`` does when fewer healthy hosts than the minimum node count remain.
+MIN_NODES_POLICIES = ("wait", "shrink")
+#: Schedulers ``recover`` knows how to drain a host in.
+DRAIN_KINDS = ("slurm", "kubernetes", "none")
+
+MinNodesPolicy = Literal["wait", "shrink"]
+DrainKind = Literal["slurm", "kubernetes", "none"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
+_HOST = re.compile(r"^[^\s,]+$")
+
+
+def _default_torchrun() -> tuple[str, ...]:
+    # The interpreter running ckptctl, so the launcher is the torch of the same
+    # environment (a bare `torchrun` on PATH may belong to another venv).
+    return (sys.executable, "-m", "torch.distributed.run")
+
+
+# -- field checks: shared by __post_init__ (names like `launch.nnodes`) and by the
+# CLI overrides (names like `--nnodes`), so a bad flag is reported by its flag name.
+
+
+def _fail(where: str, problem: str) -> ConfigError:
+    return ConfigError(f"{where}: {problem}", hint="docs/launch.md lists every key of ckptctl.yaml")
+
+
+def parse_nnodes(value: str, where: str = "launch.nnodes") -> tuple[int, int]:
+    """``"4"`` -> ``(4, 4)``; ``"1:4"`` -> ``(1, 4)``. Raises ``ConfigError`` naming ``where``."""
+    m = _NNODES.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise _fail(where, f"{value!r} is not N or MIN:MAX (e.g. \"2\" or \"1:4\")")
+    lo = int(m.group(1))
+    hi = int(m.group(2)) if m.group(2) is not None else lo
+    if lo < 1:
+        raise _fail(where, f"{value!r}: the minimum node count must be at least 1")
+    if hi < lo:
+        raise _fail(where, f"{value!r}: MAX is smaller than MIN")
+    return lo, hi
+
+
+def check_nproc_per_node(value: object, where: str = "launch.nproc_per_node") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _fail(where, f"{value!r} is not a number or one of {', '.join(NPROC_WORDS)}")
+    if isinstance(value, int):
+        if value < 1:
+            raise _fail(where, f"{value} must be at least 1")
+    elif value not in NPROC_WORDS:
+        raise _fail(where, f"{value!r} is not a number or one of {', '.join(NPROC_WORDS)}")
+
+
+def check_word(value: object, where: str) -> None:
+    """A non-empty string without whitespace (backend names, ids, flags)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise _fail(where, f"{value!r} must be a non-empty string without spaces")
+
+
+def check_endpoint(value: object, where: str = "launch.rdzv_endpoint") -> None:
+    """``host``, ``host:port`` or ``[v6addr]:port``."""
+    check_word(value, where)
+    if not isinstance(value, str):  # pragma: no cover - check_word raised already
+        raise _fail(where, f"{value!r} is not a string")
+    host, port = value, None
+    if value.startswith("["):
+        close = value.find("]")
+        if close < 0:
+            raise _fail(where, f"{value!r}: unclosed '[' in an IPv6 address")
+        host, rest = value[1:close], value[close + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise _fail(where, f"{value!r} is not HOST:PORT")
+            port = rest[1:]
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    elif value.count(":") > 1:
+        raise _fail(where, f"{value!r}: write an IPv6 address as [ADDR]:PORT")
+    if not host:
+        raise _fail(where, f"{value!r} has no host")
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise _fail(where, f"{value!r}: port must be a number between 1 and 65535")
+
+
+def check_int(value: object, where: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, f"{value!r} is not an integer")
+    if value < minimum:
+        raise _fail(where, f"{value} must be at least {minimum}")
+
+
+def check_seconds(value: object, where: str, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"{value!r} is not a number of seconds")
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise _fail(where, f"{value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def check_hosts(value: object, where: str) -> None:
+    if not isinstance(value, tuple):
+        raise _fail(where, "must be a list of host names")
+    for i, h in enumerate(value):
+        if not isinstance(h, str) or not _HOST.match(h):
+            raise _fail(f"{where}[{i}]", f"{h!r} is not a host name (no spaces or commas)")
+    dupes = sorted({h for h in value if value.count(h) > 1})
+    if dupes:
+        raise _fail(where, f"lists {', '.join(dupes)} more than once")
+
+
+def check_str_tuple(value: object, where: str, *, non_empty: bool = False) -> None:
+    if not isinstance(value, tuple):
+        raise _fail(where, "must be a list of strings")
+    if non_empty and not value:
+        raise _fail(where, "must not be empty")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _fail(f"{where}[{i}]", f"{item!r} is not a string")
+        if non_empty and not item:
+            raise _fail(f"{where}[{i}]", "must not be empty")
+
+
+def check_str_map(value: object, where: str, *, env_names: bool = False) -> None:
+    if not isinstance(value, Mapping):
+        raise _fail(where, "must be a mapping of names to strings")
+    for k, v in value.items():
+        if not isinstance(k, str) or (env_names and not _ENV_NAME.match(k)) or not k:
+            raise _fail(where, f"{k!r} is not a valid {'variable ' if env_names else ''}name")
+        if not isinstance(v, str):
+            raise _fail(f"{where}.{k}", f"{v!r} is not a string")
+
+
+def check_local_dir(value: object, where: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise _fail(where, f"{value!r} must be a non-empty path")
+    if "://" in value and not value.startswith("file://"):
+        raise _fail(where, f"{value!r}: logs are written line by line, so this must be a local directory")
+
+
+def is_local_url(url: str) -> bool:
+    """A plain path or ``file://`` URL (as opposed to ``s3://``, ``gs://``, ``memory://`` ...)."""
+    return "://" not in url or url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """``file:///a/b`` -> ``/a/b``; a plain path unchanged."""
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+# -- the config ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchConfig:
+    """``launch:`` -- how ``ckptctl launch`` builds and supervises the torchrun command."""
+
+    nnodes: str = "1"
+    """Node count, ``"N"`` or elastic ``"MIN:MAX"`` (torchrun ``--nnodes``). Quote it in YAML."""
+    nproc_per_node: int | str = 1
+    """Workers per node: a number or ``auto``/``gpu``/``cpu``/``xpu`` (torchrun ``--nproc-per-node``)."""
+    rdzv_backend: str = "c10d"
+    """Rendezvous backend (torchrun ``--rdzv-backend``)."""
+    rdzv_endpoint: str | None = None
+    """Rendezvous ``host:port`` every node's torchrun reaches; required when more than one node may join."""
+    rdzv_id: str | None = None
+    """Rendezvous (job) id shared by the nodes of one job (torchrun ``--rdzv-id``); omitted when unset."""
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    """Extra rendezvous settings, e.g. ``{join_timeout: "600"}`` (torchrun ``--rdzv-conf k=v,...``)."""
+    max_restarts: int = 0
+    """Worker-group restarts torchrun attempts before failing (torchrun ``--max-restarts``)."""
+    monitor_interval_s: float | None = None
+    """Seconds between torchrun's worker health checks (``--monitor-interval``); torchrun's default when unset."""
+    torchrun_args: tuple[str, ...] = ()
+    """Further torchrun options, placed after the ones above and before the script (e.g. ``[--log-dir, /x]``)."""
+    script: str | None = None
+    """The training script torchrun starts on every worker (or a module with ``torchrun_args: [-m]``)."""
+    script_args: tuple[str, ...] = ()
+    """Arguments for the script (numbers in YAML are turned into strings)."""
+    resume_flag: str = "--resume-from"
+    """The script's option that takes the checkpoint path; ckptctl appends ``<resume_flag> PATH``."""
+    torchrun: tuple[str, ...] = field(default_factory=_default_torchrun)
+    """The launcher argv prefix. Default: this Python with ``-m torch.distributed.run``. An ``srun``
+    prefix (e.g. ``[srun, --nodes=4, --ntasks-per-node=1, torchrun]``) gets ``--exclude=`` for drained hosts."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables set for the job on top of ckptctl's own environment."""
+    log_dir: str | None = None
+    """Local directory for ``launch-<UTC>.log``. Default ``<run_root>/.ckptctl/logs`` for a local run
+    root, else ``./.ckptctl-logs``."""
+    hosts: tuple[str, ...] | None = None
+    """Candidate hosts for recover's capacity check; unset means capacity is left to the rendezvous."""
+    exclude_hosts: tuple[str, ...] = ()
+    """Hosts never to run on (added to the hosts recover drains)."""
+    stop_grace_s: float = 60.0
+    """Seconds between the SIGTERM ckptctl forwards and SIGKILL of the whole job (torchrun and workers)."""
+
+    def __post_init__(self) -> None:
+        _, max_nodes = parse_nnodes(self.nnodes)
+        check_nproc_per_node(self.nproc_per_node)
+        check_word(self.rdzv_backend, "launch.rdzv_backend")
+        if self.rdzv_endpoint is not None:
+            check_endpoint(self.rdzv_endpoint)
+        if self.rdzv_id is not None:
+            check_word(self.rdzv_id, "launch.rdzv_id")
+        check_str_map(self.rdzv_conf, "launch.rdzv_conf")
+        for k, v in self.rdzv_conf.items():
+            if any(c in k + v for c in ",="):
+                raise _fail(f"launch.rdzv_conf.{k}", "names and values must not contain ',' or '='")
+        check_int(self.max_restarts, "launch.max_restarts", minimum=0)
+        if self.monitor_interval_s is not None:
+            check_seconds(self.monitor_interval_s, "launch.monitor_interval_s")
+        check_str_tuple(self.torchrun_args, "launch.torchrun_args")
+        if self.script is not None and (not isinstance(self.script, str) or not self.script):
+            raise _fail("launch.script", f"{self.script!r} must be a non-empty path")
+        check_str_tuple(self.script_args, "launch.script_args")
+        check_word(self.resume_flag, "launch.resume_flag")
+        if not self.resume_flag.startswith("-"):
+            raise _fail("launch.resume_flag", f"{self.resume_flag!r} must be an option (start with '-')")
+        check_str_tuple(self.torchrun, "launch.torchrun", non_empty=True)
+        check_str_map(self.env, "launch.env", env_names=True)
+        if self.log_dir is not None:
+            check_local_dir(self.log_dir, "launch.log_dir")
+        if self.hosts is not None:
+            check_hosts(self.hosts, "launch.hosts")
+        check_hosts(self.exclude_hosts, "launch.exclude_hosts")
+        check_seconds(self.stop_grace_s, "launch.stop_grace_s")
+        if max_nodes > 1 and self.rdzv_backend != "static" and self.rdzv_endpoint is None:
+            raise _fail(
+                "launch.rdzv_endpoint",
+                f"required when launch.nnodes ({self.nnodes!r}) lets more than one node join: "
+                "every node's torchrun must reach the same rendezvous",
+            )
+
+    @property
+    def min_nodes(self) -> int:
+        return parse_nnodes(self.nnodes)[0]
+
+    @property
+    def max_nodes(self) -> int:
+        return parse_nnodes(self.nnodes)[1]
+
+    @property
+    def is_elastic(self) -> bool:
+        return self.min_nodes != self.max_nodes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainConfig:
+    """``recover.drain:`` -- how recover takes a faulty host out of the pool."""
+
+    kind: DrainKind = "none"
+    """``slurm`` (scontrol update State=DRAIN), ``kubernetes`` (kubectl cordon) or ``none`` (report only)."""
+    reason: str = "ckptctl: infra fault (RB-7)"
+    """Reason recorded with the drain (Slurm's ``Reason=``, a node annotation on Kubernetes)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAIN_KINDS:
+            raise _fail("recover.drain.kind", f"{self.kind!r} is not one of {', '.join(DRAIN_KINDS)}")
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise _fail("recover.drain.reason", "must be a non-empty string")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoverConfig:
+    """``recover:`` -- the bounds and policies of ``ckptctl recover``."""
+
+    max_attempts: int = 3
+    """Relaunches recover makes before it stops and reports."""
+    watch_steps: int = 50
+    """Logged training steps after a resume that the loss watch reads before it calls the resume good."""
+    min_nodes_policy: MinNodesPolicy = "wait"
+    """Fewer healthy hosts than the minimum node count: ``wait`` for capacity, or ``shrink`` (relaunch
+    elastic at the hosts there are; DCP reshards on load)."""
+    capacity_timeout_s: float = 3600.0
+    """With ``wait``: how long to wait for enough healthy hosts before giving up."""
+    capacity_poll_s: float = 30.0
+    """With ``wait``: seconds between capacity checks."""
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    """How a faulty host is drained."""
+    watch: Mapping[str, Any] = field(default_factory=dict)
+    """Loss-watch thresholds, passed to the watch operation as they are (its docs list the keys)."""
+
+    def __post_init__(self) -> None:
+        check_int(self.max_attempts, "recover.max_attempts", minimum=1)
+        check_int(self.watch_steps, "recover.watch_steps", minimum=1)
+        if self.min_nodes_policy not in MIN_NODES_POLICIES:
+            raise _fail(
+                "recover.min_nodes_policy",
+                f"{self.min_nodes_policy!r} is not one of {', '.join(MIN_NODES_POLICIES)}",
+            )
+        check_seconds(self.capacity_timeout_s, "recover.capacity_timeout_s", allow_zero=True)
+        check_seconds(self.capacity_poll_s, "recover.capacity_poll_s")
+        if not isinstance(self.drain, DrainConfig):
+            raise _fail("recover.drain", "must be a mapping")
+        if not isinstance(self.watch, Mapping) or not all(isinstance(k, str) for k in self.watch):
+            raise _fail("recover.watch", "must be a mapping with string keys")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CkptctlConfig:
+    """The whole ``ckptctl.yaml``."""
+
+    run_root: str | None = None
+    """Checkpoint root: a local path or fsspec URL (``s3://bucket/run``); needed by ``--resume-from auto``."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    """How to launch the job."""
+    recover: RecoverConfig = field(default_factory=RecoverConfig)
+    """How recover behaves."""
+    source: str | None = None
+    """The file this config was read from (not a YAML key; for messages)."""
+
+    def __post_init__(self) -> None:
+        if self.run_root is not None and (not isinstance(self.run_root, str) or not self.run_root):
+            raise _fail("run_root", f"{self.run_root!r} must be a non-empty path or URL")
+        if not isinstance(self.launch, LaunchConfig):
+            raise _fail("launch", "must be a mapping")
+        if not isinstance(self.recover, RecoverConfig):
+            raise _fail("recover", "must be a mapping")
+
+
+# -- from plain data (what yaml.safe_load returned) ------------------------------------------
+
+# Keys that are not YAML keys.
+_NOT_KEYS = {"source"}
+
+
+def _yaml_keys(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.name not in _NOT_KEYS]
+
+
+def _check_keys(data: Mapping[str, Any], cls: type, where: str) -> None:
+    known = _yaml_keys(cls)
+    for key in data:
+        if not isinstance(key, str):
+            raise _fail(where or "top level", f"key {key!r} is not a string")
+        if key not in known:
+            full = f"{where}.{key}" if where else key
+            close = difflib.get_close_matches(key, known, n=1)
+            suggestion = f" (did you mean {where + '.' if where else ''}{close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"unknown key {full!r}{suggestion}",
+                hint=f"known keys{' under ' + where if where else ''}: {', '.join(known)}",
+            )
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail(where, f"must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def _scalar_str(value: object, where: str) -> str:
+    # Numbers are welcome where a string is meant (`--steps, 1000`); booleans and
+    # nulls are not: YAML turns `yes`/`off`/`~` into them, which is rarely what was meant.
+    if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
+        raise _fail(where, f"{value!r} is not a string (quote it in YAML)")
+    return value if isinstance(value, str) else str(value)
+
+
+def _str_list(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise _fail(where, "must be a list")
+    return tuple(_scalar_str(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _command(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        # One program name is fine; a command line needs a list (argv is never split by a shell).
+        if not value or any(c.isspace() for c in value):
+            raise _fail(where, f"{value!r}: give the command as a list, e.g. [srun, --nodes=2, torchrun]")
+        return (value,)
+    return _str_list(value, where)
+
+
+def _str_map(value: object, where: str) -> dict[str, str]:
+    return {str(k): _scalar_str(v, f"{where}.{k}") for k, v in _mapping(value, where).items()}
+
+
+def _number(value: object, where: str) -> object:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise _fail(where, f"{value!r} is not a number") from None
+    return value
+
+
+def _launch_from(data: Mapping[str, Any]) -> LaunchConfig:
+    _check_keys(data, LaunchConfig, "launch")
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"launch.{key}"
+        if key == "nnodes":
+            kw[key] = _scalar_str(value, where)
+        elif key in ("script_args", "torchrun_args"):
+            kw[key] = _str_list(value, where)
+        elif key == "torchrun":
+            kw[key] = _command(value, where)
+        elif key in ("env", "rdzv_conf"):
+            kw[key] = _str_map(value, where)
+        elif key in ("hosts", "exclude_hosts"):
+            if key == "hosts" and value is None:
+                kw[key] = None
+            else:
+                kw[key] = _str_list(value, where)
+        elif key in ("rdzv_id", "rdzv_endpoint") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            kw[key] = str(value)
+        elif key in ("monitor_interval_s", "stop_grace_s"):
+            kw[key] = _number(value, where)
+        elif key == "nproc_per_node" and isinstance(value, str) and value.strip().isdigit():
+            kw[key] = int(value)
+        else:
+            kw[key] = value
+    return LaunchConfig(**kw)
+
+
+def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
+    _check_keys(data, RecoverConfig, "recover")
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "drain":
+            drain = _mapping(value, "recover.drain")
+            _check_keys(drain, DrainConfig, "recover.drain")
+            kw[key] = DrainConfig(**drain)
+        elif key == "watch":
+            kw[key] = dict(_mapping(value, "recover.watch"))
+        elif key in ("capacity_timeout_s", "capacity_poll_s"):
+            kw[key] = _number(value, f"recover.{key}")
+        else:
+            kw[key] = value
+    return RecoverConfig(**kw)
+
+
+def config_from_dict(data: object, *, source: str | None = None) -> CkptctlConfig:
+    """Build and validate a config from plain data (``None`` -> all defaults).
+
+    Errors are ``ConfigError`` (exit 2) whose message starts with ``source`` and
+    names the field or the unknown key.
+    """
+    try:
+        if data is None:
+            return CkptctlConfig(source=source)
+        if not isinstance(data, Mapping):
+            raise _fail("top level", f"must be a mapping of sections, not {type(data).__name__}")
+        _check_keys(data, CkptctlConfig, "")
+        run_root = data.get("run_root")
+        return CkptctlConfig(
+            run_root=None if run_root is None else _scalar_str(run_root, "run_root"),
+            launch=_launch_from(_mapping(data.get("launch"), "launch")),
+            recover=_recover_from(_mapping(data.get("recover"), "recover")),
+            source=source,
+        )
+    except ConfigError as e:
+        if source is None:
+            raise
+        raise ConfigError(f"{source}: {e.message}", hint=e.hint) from e
+    except TypeError as e:  # pragma: no cover - a field missing from the dispatch above
+        raise ConfigError(f"{source or 'config'}: {e}") from e
+
+
+# -- CLI flags over file values ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfigOverrides:
+    """Values given on the command line; ``None`` (or empty) leaves the file's value."""
+
+    run_root: str | None = None
+    """``--run-root``"""
+    nnodes: str | None = None
+    """``--nnodes``"""
+    nproc_per_node: int | str | None = None
+    """``--nproc-per-node``"""
+    rdzv_backend: str | None = None
+    """``--rdzv-backend``"""
+    rdzv_endpoint: str | None = None
+    """``--rdzv-endpoint``"""
+    rdzv_id: str | None = None
+    """``--rdzv-id``"""
+    max_restarts: int | None = None
+    """``--max-restarts``"""
+    log_dir: str | None = None
+    """``--log-dir``"""
+    script: str | None = None
+    """The first word after the options (or after ``--``)."""
+    script_args: tuple[str, ...] | None = None
+    """The words after the script; with ``script`` set they replace the file's ``script_args``."""
+    exclude_hosts: tuple[str, ...] = ()
+    """``--exclude-host`` (repeatable); added to the file's ``exclude_hosts``."""
+
+
+_FLAG = {
+    "run_root": "--run-root",
+    "nnodes": "--nnodes",
+    "nproc_per_node": "--nproc-per-node",
+    "rdzv_backend": "--rdzv-backend",
+    "rdzv_endpoint": "--rdzv-endpoint",
+    "rdzv_id": "--rdzv-id",
+    "max_restarts": "--max-restarts",
+    "log_dir": "--log-dir",
+    "exclude_hosts": "--exclude-host",
+}
+
+
+def _nproc_from_flag(value: int | str) -> int | str:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
+def apply_overrides(config: CkptctlConfig, overrides: ConfigOverrides) -> CkptctlConfig:
+    """The config with the command line's values in place of the file's.
+
+    Each flag value is checked on its own first, so an error names the flag
+    (``--nnodes: '0' ...``); the result is then validated as a whole (a message
+    about a combination names the config fields).
+    """
+    o = overrides
+    if o.nnodes is not None:
+        parse_nnodes(o.nnodes, _FLAG["nnodes"])
+    if o.nproc_per_node is not None:
+        check_nproc_per_node(_nproc_from_flag(o.nproc_per_node), _FLAG["nproc_per_node"])
+    if o.rdzv_backend is not None:
+        check_word(o.rdzv_backend, _FLAG["rdzv_backend"])
+    if o.rdzv_endpoint is not None:
+        check_endpoint(o.rdzv_endpoint, _FLAG["rdzv_endpoint"])
+    if o.rdzv_id is not None:
+        check_word(o.rdzv_id, _FLAG["rdzv_id"])
+    if o.max_restarts is not None:
+        check_int(o.max_restarts, _FLAG["max_restarts"], minimum=0)
+    if o.log_dir is not None:
+        check_local_dir(o.log_dir, _FLAG["log_dir"])
+    if o.exclude_hosts:
+        check_hosts(tuple(o.exclude_hosts), _FLAG["exclude_hosts"])
+    if o.run_root is not None and not o.run_root:
+        raise _fail(_FLAG["run_root"], "must not be empty")
+
+    launch_changes: dict[str, Any] = {}
+    for name in ("nnodes", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts", "log_dir"):
+        value = getattr(o, name)
+        if value is not None:
+            launch_changes[name] = value
+    if o.nproc_per_node is not None:
+        launch_changes["nproc_per_node"] = _nproc_from_flag(o.nproc_per_node)
+    if o.script is not None:
+        launch_changes["script"] = o.script
+        launch_changes["script_args"] = tuple(o.script_args or ())
+    elif o.script_args is not None:
+        launch_changes["script_args"] = tuple(o.script_args)
+    if o.exclude_hosts:
+        launch_changes["exclude_hosts"] = tuple(dict.fromkeys((*config.launch.exclude_hosts, *o.exclude_hosts)))
+    try:
+        launch = dataclasses.replace(config.launch, **launch_changes)
+        return dataclasses.replace(
+            config,
+            launch=launch,
+            run_root=o.run_root if o.run_root is not None else config.run_root,
+        )
+    except ConfigError as e:
+        where = f"{config.source}: " if config.source else ""
+        raise ConfigError(
+            f"{where}{e.message} (after applying the command-line flags)", hint=e.hint
+        ) from e

@@ -1,0 +1,232 @@
+"""`ckptctl launch` as a use case: read the config, plan the torchrun command, run it supervised.
+
+Never prints. The steps are separate so ``ckptctl recover`` can drive them::
+
+    config = load_config(None, ConfigOverrides(...))          # ./ckptctl.yaml + flags
+    resume = resolve_resume_from(config, "auto")              # newest complete checkpoint
+    cap = plan_capacity(config.launch.min_nodes, config.launch.max_nodes,
+                        healthy_hosts, drained, config.recover.min_nodes_policy)
+    plan = prepare_launch(config, resume_from=resume, nnodes=cap.nnodes,
+                          exclude_hosts=drained)              # a value; --dry-run shows it
+    result = run_launch(plan, on_output=console, on_line=watch.feed)   # LaunchResult
+
+or, in one call, ``launch(config, resume_from=..., dry_run=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+import yaml
+
+from ckptctl.adapters.launcher import (
+    LaunchError,
+    LaunchResult,
+    LineFn,
+    OutputFn,
+    Supervisor,
+    create_log_file,
+)
+from ckptctl.core.config import (
+    CkptctlConfig,
+    ConfigOverrides,
+    LaunchConfig,
+    RecoverConfig,
+    apply_overrides,
+    config_from_dict,
+)
+from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, plan_capacity, plan_launch
+from ckptctl.errors import ConfigError, InputError, ProblemFound, UsageError
+
+__all__ = [
+    "CONFIG_FILE_NAME",
+    "RESUME_AUTO",
+    "CapacityDecision",
+    "CkptctlConfig",
+    "ConfigOverrides",
+    "LaunchConfig",
+    "LaunchError",
+    "LaunchPlan",
+    "LaunchResult",
+    "RecoverConfig",
+    "Supervisor",
+    "launch",
+    "load_config",
+    "parse_config_yaml",
+    "plan_capacity",
+    "prepare_launch",
+    "resolve_resume_from",
+    "run_launch",
+]
+
+#: Looked for in the working directory when no ``--config`` is given.
+CONFIG_FILE_NAME = "ckptctl.yaml"
+#: ``--resume-from auto``: the newest complete checkpoint under the run root.
+RESUME_AUTO = "auto"
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without YAML 1.1's base-60 integers.
+
+    Under plain ``yaml.safe_load``, ``nnodes: 1:4`` is the integer 64 (1*60+4),
+    a silent wrong node count. This loader constructs exactly what SafeLoader
+    does (no arbitrary objects) but reads ``1:4`` as the string it looks like.
+    """
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+
+
+def parse_config_yaml(text: str, *, source: str = CONFIG_FILE_NAME) -> CkptctlConfig:
+    """Parse ``ckptctl.yaml`` text; ``ConfigError`` (exit 2) names the file and the field."""
+    try:
+        data = yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader, see _ConfigLoader
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from e
+    return config_from_dict(data, source=source)
+
+
+def load_config(
+    path: str | None = None,
+    overrides: ConfigOverrides | None = None,
+    *,
+    search_dir: str = ".",
+) -> CkptctlConfig:
+    """The config from ``path`` (or ``<search_dir>/ckptctl.yaml`` if present, else defaults),
+    with the command line's ``overrides`` applied.
+
+    Relative paths in the file (``script``, ``log_dir``, ``run_root``) are taken
+    relative to the working directory the job is launched from, as torchrun would.
+    """
+    if path is None:
+        default = os.path.join(search_dir, CONFIG_FILE_NAME)
+        path = default if os.path.isfile(default) else None
+    if path is None:
+        config = CkptctlConfig()
+    else:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError as e:
+            raise ConfigError(f"{path}: no such config file") from e
+        except IsADirectoryError as e:
+            raise ConfigError(f"{path}: is a directory, not a config file") from e
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: cannot read the config file: {e}") from e
+        config = parse_config_yaml(text, source=path)
+    return apply_overrides(config, overrides) if overrides is not None else config
+
+
+def resolve_resume_from(config: CkptctlConfig, value: str | None) -> str | None:
+    """``auto`` -> the newest COMPLETE checkpoint under ``config.run_root`` (``ProblemFound``,
+    exit 3, when there is none); a path is returned as given; ``None`` stays ``None``."""
+    if value is None or value != RESUME_AUTO:
+        if value is not None and not value:
+            raise UsageError("--resume-from: empty path")
+        return value
+    if config.run_root is None:
+        raise UsageError(
+            "--resume-from auto needs the run root",
+            hint="set run_root in ckptctl.yaml or pass --run-root",
+        )
+    from ckptctl.ops.checkpoints import find_latest_complete
+
+    found = find_latest_complete(config.run_root)
+    if found.checkpoint is None:
+        raise ProblemFound(
+            f"no complete checkpoint under {found.root} to resume from "
+            f"({len(found.skipped)} candidate(s) failed verification)",
+            hint="`ckptctl list ROOT` shows every checkpoint and why; omit --resume-from to start fresh",
+        )
+    return found.checkpoint.path
+
+
+def prepare_launch(
+    config: CkptctlConfig,
+    *,
+    resume_from: str | None,
+    nnodes: str | None = None,
+    exclude_hosts: Sequence[str] = (),
+) -> LaunchPlan:
+    """The launch as a value (pure). ``resume_from``: a path (resolve ``auto`` first);
+    ``nnodes``: a ``CapacityDecision.nnodes``; ``exclude_hosts``: drained hosts."""
+    return plan_launch(config, resume_from=resume_from, nnodes=nnodes, exclude_hosts=exclude_hosts)
+
+
+def run_launch(
+    plan: LaunchPlan,
+    *,
+    on_output: OutputFn | None = None,
+    on_line: LineFn | None = None,
+    on_start: Callable[[Supervisor], None] | None = None,
+    forward_signals: bool = True,
+    cwd: str | None = None,
+    now: datetime | None = None,
+) -> LaunchResult:
+    """Execute ``plan``: create ``<log_dir>/launch-<UTC>.log``, start the argv, supervise to the end.
+
+    * ``on_output(line)``: every output line (torchrun's and all workers'), for the console.
+    * ``on_line(line) -> bool``: every line after that; return True to stop the job
+      (SIGTERM, SIGKILL after ``plan.stop_grace_s``). ``result.stopped_by_callback`` then
+      says so. It is not called again after it asked for the stop.
+    * ``on_start(supervisor)``: once the child runs; keep it to call ``supervisor.stop()``
+      from another thread, or to read ``supervisor.pid``.
+    * ``forward_signals``: SIGINT/SIGTERM/SIGHUP to ckptctl stop the job (main thread only).
+
+    Returns when the job and every process it started are gone. Raises ``LaunchError``
+    (exit 1) when the job cannot be started; a job that fails is a result, not an error.
+    """
+    log_path = create_log_file(plan.log_dir, now or datetime.now(timezone.utc))
+    supervisor = Supervisor(
+        plan.argv,
+        env=plan.env,
+        cwd=cwd,
+        log_path=log_path,
+        on_output=on_output,
+        on_line=on_line,
+        on_start=on_start,
+        stop_grace_s=plan.stop_grace_s,
+        forward_signals=forward_signals,
+    )
+    return supervisor.run()
+
+
+def launch(
+    config: CkptctlConfig,
+    *,
+    resume_from: str | None,
+    dry_run: bool = False,
+    nnodes: str | None = None,
+    exclude_hosts: Sequence[str] = (),
+    on_output: OutputFn | None = None,
+    on_line: LineFn | None = None,
+    on_start: Callable[[Supervisor], None] | None = None,
+    forward_signals: bool = True,
+) -> LaunchResult | LaunchPlan:
+    """Resolve ``resume_from`` (``auto`` allowed), plan, and run -- or, with ``dry_run``,
+    return the ``LaunchPlan`` without starting anything or writing anything."""
+    plan = prepare_launch(
+        config,
+        resume_from=resolve_resume_from(config, resume_from),
+        nnodes=nnodes,
+        exclude_hosts=exclude_hosts,
+    )
+    if dry_run:
+        return plan
+    return run_launch(
+        plan, on_output=on_output, on_line=on_line, on_start=on_start, forward_signals=forward_signals
+    )
