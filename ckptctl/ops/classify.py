@@ -1,0 +1,346 @@
+"""classify: read the logs an on-call engineer has, say what failed and what to do.
+
+``classify_logs`` is the use case behind ``ckptctl classify`` and the first step
+of ``ckptctl recover``. It loads the signature catalog (the built-in
+``ckptctl/signatures/default.yaml`` plus any user files), streams every source
+through ``ckptctl.adapters.logs`` in constant memory, turns matching lines into
+events (``ckptctl.core.classify``), and returns a ``ClassifyResult`` whose
+verdict is a pure function of those events. Nothing here prints.
+
+Inputs that cannot be read (missing, permission denied, binary, broken gzip)
+are skipped and listed in ``ClassifyResult.skipped``; only when *nothing* could
+be read is it an error (``InputError``, exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import IO, Any
+
+from ckptctl import exit_codes
+from ckptctl.adapters import logs
+from ckptctl.core import classify as core
+from ckptctl.errors import CkptctlError, ConfigError, InputError, UsageError
+
+__all__ = [
+    "ClassifyResult",
+    "classify_logs",
+    "load_catalog",
+]
+
+#: Exit code per verdict (documented in the README and docs/classify.md).
+EXIT_CODES: dict[str, int] = {
+    "infra": exit_codes.CLASSIFY_INFRA,
+    "job": exit_codes.CLASSIFY_JOB,
+    "preemption": exit_codes.CLASSIFY_PREEMPTION,
+    "unknown": exit_codes.CLASSIFY_UNKNOWN,
+}
+
+DEFAULT_CATALOG = "default.yaml"
+#: Evidence lines kept per signature in the result (counts are always complete).
+MAX_EVIDENCE_PER_SIGNATURE = 5
+
+ProgressFn = Callable[[int], None]
+
+
+# --------------------------------------------------------------------------------------
+# Catalog
+# --------------------------------------------------------------------------------------
+
+
+def _yaml_load(text: str, source: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from e
+
+
+def load_default_signatures() -> tuple[core.Signature, ...]:
+    """The catalog shipped in the package (``ckptctl/signatures/default.yaml``)."""
+    text = resources.files("ckptctl.signatures").joinpath(DEFAULT_CATALOG).read_text("utf-8")
+    try:
+        return core.parse_catalog(_yaml_load(text, DEFAULT_CATALOG), source=DEFAULT_CATALOG)
+    except core.CatalogError as e:  # pragma: no cover - the shipped catalog is tested
+        raise ConfigError(str(e)) from e
+
+
+def load_signature_file(path: str) -> tuple[core.Signature, ...]:
+    """One user signature file (a local path or fsspec URL); ``ConfigError`` names the problem."""
+    from ckptctl.adapters.storage import Storage
+
+    try:
+        storage, inner = Storage.for_url(path)
+        data = storage.read_bytes(inner)
+    except CkptctlError as e:
+        raise ConfigError(f"signature file {e.message}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"signature file {path}: not UTF-8 text") from e
+    try:
+        return core.parse_catalog(_yaml_load(text, path), source=path)
+    except core.CatalogError as e:
+        raise ConfigError(str(e), hint="docs/classify.md describes the signature format") from e
+
+
+def load_catalog(extra_signature_files: Sequence[str] = ()) -> tuple[core.Signature, ...]:
+    """Built-in signatures with the user's files merged in front (same id replaces)."""
+    extras = [load_signature_file(p) for p in extra_signature_files]
+    return core.merge_catalogs(load_default_signatures(), extras)
+
+
+# --------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------
+
+
+def _gpu_json(g: core.GpuRef) -> dict[str, Any]:
+    return {"host": g.host, "pci_bus_id": g.pci_bus_id, "index": g.index}
+
+
+def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
+    """One evidence item: ``{file, line, text, signature, ...}`` (keys: add, never rename)."""
+    return {
+        "file": e.file,
+        "line": e.line,
+        "text": e.text,
+        "signature": e.signature.id,
+        "description": e.signature.description,
+        "category": e.signature.category,
+        "role": role or e.signature.role,
+        "severity": e.signature.severity,
+        "confidence": e.signature.confidence,
+        "host": e.host,
+        "host_source": e.host_source,
+        "gpu": e.gpu,
+        "gpu_index": e.gpu_index,
+        "rank": e.rank,
+        "local_rank": e.local_rank,
+        "xid": e.xid,
+        "signal": e.signal,
+        "exitcode": e.exitcode,
+        "first_failure": e.first_failure,
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClassifyResult:
+    """The verdict on a set of logs, with its evidence and what was read.
+
+    Fields (all also in ``to_json()``):
+    ``category`` infra | job | preemption | unknown; ``confidence`` high | medium |
+    low; ``hosts`` the hosts to drain (infra only); ``gpus`` the GPUs the root cause
+    names; ``action`` the runbook action; ``root_cause`` the event judged to have
+    started it; ``evidence`` root cause, other causes, then symptoms;
+    ``symptoms`` the consequences; ``what_would_settle_it`` the logs that would make
+    an ``unknown`` or weak verdict certain; ``exit_code`` the CLI's exit code.
+    """
+
+    verdict: core.Verdict
+    tallies: tuple[core.SignatureTally, ...]
+    sources: tuple[str, ...]
+    skipped: tuple[logs.Skipped, ...]
+    num_bytes: int
+    num_lines: int
+    num_matched_lines: int
+    num_overlong_lines: int
+    signature_files: tuple[str, ...]
+    num_signatures: int
+    elapsed_s: float = 0.0
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def category(self) -> str:
+        return self.verdict.category
+
+    @property
+    def confidence(self) -> str:
+        return self.verdict.confidence
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.verdict.hosts
+
+    @property
+    def gpus(self) -> tuple[core.GpuRef, ...]:
+        return self.verdict.gpus
+
+    @property
+    def action(self) -> str:
+        return self.verdict.action
+
+    @property
+    def root_cause(self) -> core.Event | None:
+        return self.verdict.root_cause
+
+    @property
+    def symptoms(self) -> tuple[core.Event, ...]:
+        return self.verdict.symptoms
+
+    @property
+    def evidence(self) -> tuple[core.Event, ...]:
+        return tuple(core.iter_events(self.verdict))
+
+    @property
+    def what_would_settle_it(self) -> tuple[str, ...]:
+        return self.verdict.what_would_settle_it
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict.category]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document (schema in docs/classify.md; keys: add, never rename)."""
+        v = self.verdict
+        root = v.root_cause
+
+        def role_of(e: core.Event) -> str:
+            if e is root:
+                return "root_cause"
+            return e.signature.role
+
+        return {
+            "category": v.category,
+            "confidence": v.confidence,
+            "action": v.action,
+            "hosts": list(v.hosts),
+            "gpus": [_gpu_json(g) for g in v.gpus],
+            "root_cause": evidence_json(root, "root_cause") if root is not None else None,
+            "evidence": [evidence_json(e, role_of(e)) for e in core.iter_events(v)],
+            "symptoms": [evidence_json(e) for e in v.symptoms],
+            "other_causes": [evidence_json(e) for e in v.other_causes],
+            "suspect_hosts": list(v.suspect_hosts),
+            "reasons": list(v.reasons),
+            "what_would_settle_it": list(v.what_would_settle_it),
+            "signatures": [
+                {
+                    "id": t.signature.id,
+                    "category": t.signature.category,
+                    "role": t.signature.role,
+                    "count": t.count,
+                    "hosts": list(t.hosts),
+                    "num_hosts": t.num_hosts,
+                }
+                for t in self.tallies
+            ],
+            "inputs": {
+                "sources": list(self.sources),
+                "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
+                "bytes": self.num_bytes,
+                "lines": self.num_lines,
+                "matched_lines": self.num_matched_lines,
+                "overlong_lines": self.num_overlong_lines,
+            },
+            "catalog": {
+                "signatures": self.num_signatures,
+                "files": ["builtin:" + DEFAULT_CATALOG, *self.signature_files],
+            },
+            "warnings": list(self.warnings),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "exit_code": self.exit_code,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# The use case
+# --------------------------------------------------------------------------------------
+
+
+def classify_logs(
+    sources: Sequence[str],
+    *,
+    extra_signature_files: Sequence[str] = (),
+    progress: ProgressFn | None = None,
+    stdin: IO[bytes] | None = None,
+    block_bytes: int = logs.DEFAULT_BLOCK_BYTES,
+    max_line_bytes: int = logs.DEFAULT_MAX_LINE_BYTES,
+) -> ClassifyResult:
+    """Classify the failure the logs in ``sources`` describe.
+
+    ``sources``: files, directories, globs, fsspec URLs, ``-`` for ``stdin``.
+    ``extra_signature_files``: YAML catalogs whose signatures take precedence.
+    ``progress`` is called with the number of bytes read as reading goes.
+    Raises ``UsageError`` (no sources), ``ConfigError`` (bad signature file),
+    ``InputError`` (nothing readable).
+    """
+    import time
+
+    if not sources:
+        raise UsageError("no logs given", hint="ckptctl classify LOG [LOG...] (or - for stdin)")
+    if list(sources).count(logs.STDIN) > 1:
+        raise UsageError("'-' (stdin) given more than once")
+    started = time.perf_counter()
+    signatures = load_catalog(extra_signature_files)
+    matcher = core.Matcher(signatures)
+    expanded, skipped = logs.expand_sources(list(sources))
+    collector = core.EvidenceCollector(max_samples=max(20, MAX_EVIDENCE_PER_SIGNATURE))
+    num_bytes = 0
+    num_matched = 0
+    overlong = 0
+    read_names: list[str] = []
+    warnings: list[str] = []
+
+    def count_bytes(n: int) -> None:
+        nonlocal num_bytes
+        num_bytes += n
+        if progress is not None:
+            progress(n)
+
+    def count_overlong() -> None:
+        nonlocal overlong
+        overlong += 1
+
+    for index, source in enumerate(expanded):
+        scanner = core.FileScanner(
+            matcher, file=source.name, file_index=index, file_host=logs.host_from_name(source.name)
+        )
+        try:
+            for block in logs.iter_blocks(
+                source,
+                block_bytes=block_bytes,
+                max_line_bytes=max_line_bytes,
+                stdin=stdin,
+                on_bytes=count_bytes,
+                on_overlong_line=count_overlong,
+            ):
+                for event in scanner.feed(block.data, fixed_line=block.fixed_line):
+                    collector.add(event)
+        except CkptctlError as e:
+            skipped.append(logs.Skipped(source=source.name, reason=e.message))
+            if scanner.num_lines == 0:
+                continue
+            warnings.append(f"{source.name}: read only its first {scanner.num_lines} lines")
+        num_matched += scanner.num_matched_lines
+        collector.add_file(scanner)
+        read_names.append(source.name)
+
+    if not read_names:
+        reasons = "; ".join(f"{s.reason}" for s in skipped) or "no input"
+        raise InputError(
+            f"no readable log among the inputs: {reasons}",
+            hint="pass log files, directories, globs, fsspec URLs or - for stdin",
+        )
+    if overlong:
+        warnings.append(
+            f"{overlong} line(s) longer than {max_line_bytes >> 10} KiB were matched in pieces"
+        )
+    evidence = collector.evidence()
+    verdict = core.decide_verdict(evidence, max_samples=MAX_EVIDENCE_PER_SIGNATURE)
+    return ClassifyResult(
+        verdict=verdict,
+        tallies=evidence.tallies,
+        sources=tuple(read_names),
+        skipped=tuple(skipped),
+        num_bytes=num_bytes,
+        num_lines=evidence.num_lines,
+        num_matched_lines=num_matched,
+        num_overlong_lines=overlong,
+        signature_files=tuple(extra_signature_files),
+        num_signatures=len(signatures),
+        elapsed_s=time.perf_counter() - started,
+        warnings=tuple(warnings),
+    )
