@@ -996,7 +996,8 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
     reasons.insert(
         0,
         f"root cause: {_label(root_sig)} at {_where(root)} ({root.file}:{root.line}); "
-        f"signature {root_sig.id} is {"an" if winner == "infra" else "a"} {winner} cause with {root_sig.confidence} confidence",
+        f"signature {root_sig.id} is {'an' if winner == 'infra' else 'a'} {winner} cause "
+        f"with {root_sig.confidence} confidence",
     )
     reasons.extend(symptom_reasons)
     for c in ranked[1:]:
