@@ -93,7 +93,11 @@ class WatchConfig:
     window: int = 100
     """W: pre-failure points the baseline trend and spread are fitted on (``--window``)."""
     k: float = 4.0
-    """Tolerance in robust standard deviations of the baseline residuals (``--k``)."""
+    """Tolerance of a single point, in robust standard deviations of the baseline
+    residuals, for the persistence rule (``--k``)."""
+    k_median: float = 2.5
+    """Tolerance of the median of the first N points, in the same units (``--k-median``).
+    Lower than ``k``: the median of N points moves far less than one point does."""
     min_rel_tol: float = 0.02
     """Floor of the tolerance as a fraction of the baseline level, so a smooth curve
     does not alarm on tiny deviations (``--min-rel-tol``)."""
@@ -118,6 +122,7 @@ class WatchConfig:
             ("num_steps", self.num_steps >= 1, "at least 1"),
             ("window", self.window >= 3, "at least 3"),
             ("k", math.isfinite(self.k) and self.k > 0, "a positive number"),
+            ("k_median", math.isfinite(self.k_median) and self.k_median > 0, "a positive number"),
             ("min_rel_tol", math.isfinite(self.min_rel_tol) and self.min_rel_tol >= 0, ">= 0"),
             ("min_abs_tol", math.isfinite(self.min_abs_tol) and self.min_abs_tol >= 0, ">= 0"),
             ("persistence", 1 <= self.persistence <= self.num_steps, "between 1 and num_steps"),
@@ -139,6 +144,7 @@ class WatchConfig:
             "num_steps": self.num_steps,
             "window": self.window,
             "k": self.k,
+            "k_median": self.k_median,
             "min_rel_tol": self.min_rel_tol,
             "min_abs_tol": self.min_abs_tol,
             "persistence": self.persistence,
@@ -233,18 +239,31 @@ class BaselineStats:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ThresholdStats:
-    """The spike threshold and how it was chosen."""
+    """The spike thresholds and how they were chosen.
+
+    Two tolerances above the expected level: one for single points (the
+    persistence rule) and a smaller one for the median of the first N points
+    (the level-shift rule). Each is the largest of its k x spread, the relative
+    floor and the absolute floor.
+    """
 
     value: float
-    """Loss above which a point counts, at the first judged step: level + tolerance."""
+    """Loss above which a single point counts, at the first judged step: level + tolerance."""
     tolerance: float
+    """Single-point tolerance: max(k * spread, relative_floor, min_abs_tol)."""
+    basis: str
+    """Which term set ``tolerance``: ``"k*spread"``, ``"min-rel-tol"`` or ``"min-abs-tol"``."""
+    median_value: float
+    """Level the median of the first N losses must not exceed: level + median_tolerance."""
+    median_tolerance: float
+    """max(k_median * spread, relative_floor, min_abs_tol)."""
+    median_basis: str
     k: float
+    k_median: float
     spread_term: float
     """k * spread."""
     relative_floor: float
     """min_rel_tol * |level|."""
-    basis: str
-    """Which term set the tolerance: ``"k*spread"``, ``"min-rel-tol"`` or ``"min-abs-tol"``."""
     persistence: int
     num_steps: int
 
@@ -252,10 +271,14 @@ class ThresholdStats:
         return {
             "value": _jf(self.value),
             "tolerance": _jf(self.tolerance),
+            "basis": self.basis,
+            "median_value": _jf(self.median_value),
+            "median_tolerance": _jf(self.median_tolerance),
+            "median_basis": self.median_basis,
             "k": self.k,
+            "k_median": self.k_median,
             "spread_term": _jf(self.spread_term),
             "relative_floor": _jf(self.relative_floor),
-            "basis": self.basis,
             "persistence": self.persistence,
             "num_steps": self.num_steps,
         }
@@ -915,16 +938,9 @@ def _judge_losses(
     trend = fit_trend(xs, ys)
     spread = robust_spread([y - trend.at(x) for x, y in zip(xs, ys, strict=True)])
     level = trend.upper(judged[0].step)
-    spread_term = cfg.k * spread
     rel_floor = cfg.min_rel_tol * abs(level)
-    tolerance = max(spread_term, rel_floor, cfg.min_abs_tol)
-    basis = (
-        "k*spread"
-        if tolerance == spread_term
-        else "min-rel-tol"
-        if tolerance == rel_floor
-        else "min-abs-tol"
-    )
+    tolerance, basis = _tolerance(cfg.k * spread, rel_floor, cfg.min_abs_tol)
+    median_tolerance, median_basis = _tolerance(cfg.k_median * spread, rel_floor, cfg.min_abs_tol)
     sources = {p.source for p in window}
     baseline = BaselineStats(
         num_points=len(window),
@@ -939,10 +955,14 @@ def _judge_losses(
     threshold = ThresholdStats(
         value=level + tolerance,
         tolerance=tolerance,
-        k=cfg.k,
-        spread_term=spread_term,
-        relative_floor=rel_floor,
         basis=basis,
+        median_value=level + median_tolerance,
+        median_tolerance=median_tolerance,
+        median_basis=median_basis,
+        k=cfg.k,
+        k_median=cfg.k_median,
+        spread_term=cfg.k * spread,
+        relative_floor=rel_floor,
         persistence=cfg.persistence,
         num_steps=cfg.num_steps,
     )
@@ -983,16 +1003,26 @@ def _judge_losses(
             step=run_start.step,
             line_no=run_start.line_no,
         )
-    elif complete and observed.median_excess > tolerance:
+    elif complete and observed.median_excess > median_tolerance:
         finding = Finding(
             verdict=SPIKE,
             message=f"the median of the first {len(judged_points)} losses is {_fmt(observed.median_loss)}, "
-            f"{_fmt(observed.median_excess)} above the baseline (tolerance {_fmt(tolerance)})",
+            f"{_fmt(observed.median_excess)} above the expected level (median tolerance "
+            f"{_fmt(median_tolerance)})",
             step=judged_points[0].step,
             line_no=judged_points[0].line_no,
         )
     decided = finding is not None or complete
     return baseline, threshold, observed, finding, decided
+
+
+def _tolerance(spread_term: float, rel_floor: float, abs_floor: float) -> tuple[float, str]:
+    """The largest of the three terms, and which one it was."""
+    if spread_term >= rel_floor and spread_term >= abs_floor:
+        return spread_term, "k*spread"
+    if rel_floor >= abs_floor:
+        return rel_floor, "min-rel-tol"
+    return abs_floor, "min-abs-tol"
 
 
 def _run_start(points: Sequence[JudgedPoint], length: int) -> JudgedPoint:
@@ -1090,21 +1120,26 @@ def _describe_losses(
         "baseline": "the --baseline file",
         "both": "the baseline file and this log",
     }[b.source]
-    basis = {
-        "k*spread": f"{_fmt(cfg.k)} x spread {_fmt(b.spread)}",
-        "min-rel-tol": f"the {_fmt(cfg.min_rel_tol * 100)}% floor of the level (k x spread = {_fmt(t.spread_term)})",
-        "min-abs-tol": f"the absolute floor {_fmt(cfg.min_abs_tol)}",
-    }[t.basis]
     return [
         f"baseline: {b.num_points} pre-failure points, steps {b.first_step}..{b.last_step} from {source}; "
         f"level {_fmt(b.level)} at step {o.points[0].step}, slope {_signed(b.slope_per_step)}/step, "
         f"spread (1.4826 x MAD) {_fmt(b.spread)}, logged every {b.log_interval} step(s)",
-        f"threshold: level + {_fmt(t.tolerance)} = {_fmt(t.value)} (tolerance from {basis}); "
-        f"spike = median of the first {t.num_steps} above it, or {t.persistence} in a row",
+        f"threshold: a point counts above level + {_fmt(t.tolerance)} = {_fmt(t.value)} "
+        f"({_basis(t.basis, cfg.k, b.spread, cfg)}), {t.persistence} in a row make a spike; "
+        f"the median of the first {t.num_steps} must stay under level + {_fmt(t.median_tolerance)} = "
+        f"{_fmt(t.median_value)} ({_basis(t.median_basis, cfg.k_median, b.spread, cfg)})",
         f"observed: {o.num_points} point(s), steps {o.points[0].step}..{o.points[-1].step}: median "
         f"{_fmt(o.median_loss)} ({_signed(o.median_excess)} vs expected), max {_fmt(o.max_loss)} at step "
-        f"{o.max_loss_step}, {o.num_above} above the threshold, longest run {o.longest_run_above}",
+        f"{o.max_loss_step}, {o.num_above} above the point threshold, longest run {o.longest_run_above}",
     ]
+
+
+def _basis(basis: str, k: float, spread: float, cfg: WatchConfig) -> str:
+    if basis == "k*spread":
+        return f"{_fmt(k)} x spread"
+    if basis == "min-rel-tol":
+        return f"the {_fmt(cfg.min_rel_tol * 100)}% floor; {_fmt(k)} x spread = {_fmt(k * spread)}"
+    return f"the absolute floor {_fmt(cfg.min_abs_tol)}"
 
 
 def _describe_rerun(r: RerunStats) -> str:
