@@ -58,7 +58,11 @@ class RetentionPolicy:
     """Delete temporary directories superseded by a complete checkpoint at the same or a later step."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.keep_last, bool) or not isinstance(self.keep_last, int) or self.keep_last < 1:
+        if (
+            isinstance(self.keep_last, bool)
+            or not isinstance(self.keep_last, int)
+            or self.keep_last < 1
+        ):
             raise ValueError(
                 f"keep_last must be an integer >= 1 (the newest complete checkpoint is always kept), "
                 f"got {self.keep_last!r}"

@@ -24,7 +24,6 @@ import os
 import pickle
 import posixpath
 import threading
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.core.manifest import format_crc32
 from ckptctl.training.errors import UnsafeCheckpointError
 
@@ -72,7 +72,7 @@ class _CrcStream:
             # A short write: the caller retries with the rest, so the bytes still
             # arrive in order; checksum exactly what went out.
             view = memoryview(view)[:written]
-        self.crc = zlib.crc32(view, self.crc)
+        self.crc = fast_crc32(view, self.crc)
         self.size += written
         return written
 
@@ -142,7 +142,9 @@ class _ChecksummingFS:
                 with self._lock:
                     if ok:
                         self.written[name] = WrittenFile(
-                            name, stream.size, format_crc32(stream.crc) if stream.sequential else None
+                            name,
+                            stream.size,
+                            format_crc32(stream.crc) if stream.sequential else None,
                         )
                     else:
                         self.written.pop(name, None)
@@ -161,7 +163,9 @@ class _ChecksummingFS:
             self.written.pop(posixpath.basename(os.fspath(path)), None)
 
 
-def make_writer(url: str, *, is_local: bool, storage_options: dict[str, Any], thread_count: int = 1) -> Any:
+def make_writer(
+    url: str, *, is_local: bool, storage_options: dict[str, Any], thread_count: int = 1
+) -> Any:
     """A DCP writer for ``url`` whose ``.fs.written`` lists what this rank wrote, with CRC-32s."""
     writer: Any
     if is_local:
@@ -171,7 +175,9 @@ def make_writer(url: str, *, is_local: bool, storage_options: dict[str, Any], th
 
         # fsync means nothing for an upload (close() completes it); DCP's fallback
         # for streams without fileno() would be a machine-wide os.sync().
-        writer = FsspecWriter(url, sync_files=False, thread_count=thread_count, overwrite=True, **storage_options)
+        writer = FsspecWriter(
+            url, sync_files=False, thread_count=thread_count, overwrite=True, **storage_options
+        )
     writer.fs = _ChecksummingFS(writer.fs)
     return writer
 
@@ -184,7 +190,7 @@ def crc32_of_stream(f: Any) -> tuple[int, str]:
         chunk = f.read(_READ_CHUNK_BYTES)
         if not chunk:
             break
-        crc = zlib.crc32(chunk, crc)
+        crc = fast_crc32(chunk, crc)
         size += len(chunk)
     return size, format_crc32(crc)
 
@@ -217,7 +223,11 @@ class _MetadataUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         key = (module, name)
-        if key in _DCP_METADATA_CLASSES or key in _PATH_CLASSES or key == ("collections", "OrderedDict"):
+        if (
+            key in _DCP_METADATA_CLASSES
+            or key in _PATH_CLASSES
+            or key == ("collections", "OrderedDict")
+        ):
             mod = __import__(module, fromlist=[name])
             return getattr(mod, name)
         if key == ("torch", "Size"):
@@ -293,7 +303,9 @@ class _SafeFileSystemReader(_PreparsedMetadataMixin, FileSystemReader):
     pass
 
 
-def make_reader(url: str, metadata: Metadata, *, is_local: bool, storage_options: dict[str, Any]) -> Any:
+def make_reader(
+    url: str, metadata: Metadata, *, is_local: bool, storage_options: dict[str, Any]
+) -> Any:
     reader: Any
     if is_local:
         reader = _SafeFileSystemReader(url)
@@ -352,7 +364,10 @@ def is_plainly_safe(value: Any, _depth: int = 0) -> bool:
     if type(value) in (list, tuple, set):
         return all(is_plainly_safe(v, _depth + 1) for v in value)
     if type(value) is dict:
-        return all(is_plainly_safe(k, _depth + 1) and is_plainly_safe(v, _depth + 1) for k, v in value.items())
+        return all(
+            is_plainly_safe(k, _depth + 1) and is_plainly_safe(v, _depth + 1)
+            for k, v in value.items()
+        )
     return isinstance(value, (torch.Tensor, torch.Size, torch.dtype, torch.device))
 
 

@@ -74,11 +74,17 @@ class Coordinator:
         if not self.is_distributed:
             return data or b""
         src_global = dist.get_global_rank(self.group, src) if self.group is not None else src
-        n = torch.tensor([len(data) if self.rank == src and data is not None else 0], dtype=torch.int64)
+        n = torch.tensor(
+            [len(data) if self.rank == src and data is not None else 0], dtype=torch.int64
+        )
         dist.broadcast(n, src=src_global, group=self.group)
         size = int(n.item())
         if self.rank == src:
-            buf = torch.frombuffer(bytearray(data or b""), dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+            buf = (
+                torch.frombuffer(bytearray(data or b""), dtype=torch.uint8)
+                if size
+                else torch.empty(0, dtype=torch.uint8)
+            )
         else:
             buf = torch.empty(size, dtype=torch.uint8)
         if size:
@@ -101,7 +107,9 @@ class Coordinator:
             mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         out = [torch.zeros(longest, dtype=torch.uint8) for _ in range(self.world_size)]
         dist.all_gather(out, mine, group=self.group)
-        return [bytes(t[: int(s.item())].numpy().tobytes()) for t, s in zip(out, sizes, strict=True)]
+        return [
+            bytes(t[: int(s.item())].numpy().tobytes()) for t, s in zip(out, sizes, strict=True)
+        ]
 
     def all_gather_json(self, obj: Any) -> list[Any]:
         return [json.loads(b.decode()) for b in self.all_gather_bytes(json.dumps(obj).encode())]

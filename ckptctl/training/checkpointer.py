@@ -19,6 +19,7 @@ returns either. See ``docs/training.md`` for the whole contract.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -28,7 +29,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -60,13 +61,26 @@ from ckptctl.training.errors import (
     UnsafeCheckpointError,
 )
 from ckptctl.training.preemption import PreemptedExit, PreemptionWatcher, signal_name
-from ckptctl.training.retention import RetentionResult, apply_retention
+from ckptctl.training.retention import RetentionResult, apply_retention, record_event
 from ckptctl.training.state import PerRank, capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ckptctl.training")
 
 # DCP warns on every single-process save/load; a 1-process run is a supported case here.
-warnings.filterwarnings("ignore", message=r"torch\.distributed is (disabled|unavailable)")
+_NO_DIST_WARNING = r"torch\.distributed is (disabled|unavailable)"
+warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
+
+
+@contextlib.contextmanager
+def _quiet_no_dist() -> Iterator[None]:
+    """Silence DCP's single-process warning (warning filters are global: main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
+        yield
+
 
 #: Keys the checkpointer adds to every checkpoint; user state may not use the prefix.
 RESERVED_PREFIX = "ckptctl"
@@ -160,7 +174,9 @@ def _split_state(state: Mapping[str, Any]) -> _Split:
         if not isinstance(key, str) or not key:
             raise TypeError(f"state keys must be non-empty strings, got {key!r}")
         if key.split(".", 1)[0] == RESERVED_PREFIX:
-            raise ValueError(f"state key {key!r}: the prefix {RESERVED_PREFIX!r} is reserved for ckptctl")
+            raise ValueError(
+                f"state key {key!r}: the prefix {RESERVED_PREFIX!r} is reserved for ckptctl"
+            )
         if isinstance(value, torch.nn.Module):
             if split.model is not None:
                 raise ValueError(
@@ -169,7 +185,9 @@ def _split_state(state: Mapping[str, Any]) -> _Split:
             split.model_key, split.model = key, value
         elif isinstance(value, torch.optim.Optimizer):
             if split.optimizer is not None:
-                raise ValueError(f"state has two optimizers ({split.optim_key!r}, {key!r}); pass one")
+                raise ValueError(
+                    f"state has two optimizers ({split.optim_key!r}, {key!r}); pass one"
+                )
             split.optim_key, split.optimizer = key, value
         elif isinstance(value, PerRank):
             split.per_rank[key] = value
@@ -178,7 +196,9 @@ def _split_state(state: Mapping[str, Any]) -> _Split:
         else:
             split.plain[key] = value
     if split.optimizer is not None and split.model is None:
-        raise ValueError(f"state has an optimizer ({split.optim_key!r}) but no nn.Module to map its parameters")
+        raise ValueError(
+            f"state has an optimizer ({split.optim_key!r}) but no nn.Module to map its parameters"
+        )
     return split
 
 
@@ -329,7 +349,9 @@ class Checkpointer:
         self.world_size = self._coord.world_size
 
         self._executor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckptctl-async-save") if async_save else None
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckptctl-async-save")
+            if async_save
+            else None
         )
         self._stager: Any = None
         self._in_flight: SaveHandle | None = None
@@ -410,7 +432,9 @@ class Checkpointer:
         if signum:
             return self._emergency(step, state, signum, tokens_seen, samples_seen, extra)
         if self.save_every is not None and step % self.save_every == 0:
-            return self.save(step, state, tokens_seen=tokens_seen, samples_seen=samples_seen, extra=extra)
+            return self.save(
+                step, state, tokens_seen=tokens_seen, samples_seen=samples_seen, extra=extra
+            )
         return None
 
     def preemption_requested(self) -> int:
@@ -428,7 +452,9 @@ class Checkpointer:
         extra: Mapping[str, Any] | None,
     ) -> SaveHandle:
         name = signal_name(signum)
-        logger.warning("ckptctl: %s received; writing an emergency checkpoint at step %d", name, step)
+        logger.warning(
+            "ckptctl: %s received; writing an emergency checkpoint at step %d", name, step
+        )
         try:
             self.wait()
         except Exception as e:  # the emergency save matters more than the earlier failure
@@ -472,8 +498,13 @@ class Checkpointer:
             done: Future[SaveResult] = Future()
             done.set_result(
                 SaveResult(
-                    step=step, path=self._last_committed_path, world_size=self.world_size, num_files=0,
-                    size_bytes=0, save_duration_s=0.0, stall_s=0.0,
+                    step=step,
+                    path=self._last_committed_path,
+                    world_size=self.world_size,
+                    num_files=0,
+                    size_bytes=0,
+                    save_duration_s=0.0,
+                    stall_s=0.0,
                 )
             )
             return SaveHandle(step, self._last_committed_path, done)
@@ -482,7 +513,9 @@ class Checkpointer:
         sd = self._collect(split, step, tokens_seen, samples_seen)
         self._check_state(sd, split)
 
-        token = self._coord.broadcast_bytes(secrets.token_hex(4).encode() if self.rank == 0 else None).decode()
+        token = self._coord.broadcast_bytes(
+            secrets.token_hex(4).encode() if self.rank == 0 else None
+        ).decode()
         if self._storage.is_local:
             write_path = Storage.join(self._root_path, temp_dir_name(step, token))
         else:
@@ -578,9 +611,20 @@ class Checkpointer:
         if self.rank == 0 and self._storage.exists(final_path):
             aside = quarantine_name(final_path, f"superseded-{token}")
             try:
-                logger.warning("ckptctl: %s exists; moving it to %s before saving", final_path, aside)
+                logger.warning(
+                    "ckptctl: %s exists; moving it to %s before saving", final_path, aside
+                )
                 marker = Storage.join(final_path, COMMIT_MARKER_NAME)
                 self._storage.rename(final_path, aside)
+                record_event(
+                    self._storage,
+                    self._root_path,
+                    action="supersede",
+                    from_name=Storage.basename(final_path),
+                    to_name=Storage.basename(aside),
+                    step=None,
+                    reason="a new save at the same step (resumed from an earlier checkpoint)",
+                )
                 if self._storage.exists(marker):
                     self._storage.fs.rm(marker)
             except Exception as e:
@@ -611,7 +655,13 @@ class Checkpointer:
                 storage_options=self._storage_options,
                 thread_count=self.thread_count,
             )
-            dcp.save(sd, storage_writer=writer, process_group=coord.group, no_dist=not coord.is_distributed)
+            with _quiet_no_dist():
+                dcp.save(
+                    sd,
+                    storage_writer=writer,
+                    process_group=coord.group,
+                    no_dist=not coord.is_distributed,
+                )
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -700,7 +750,12 @@ class Checkpointer:
             step=job.step,
             world_size=world_size,
             files=tuple(
-                ManifestFile(path=f["path"], size_bytes=f["size_bytes"], checksum=f["checksum"], rank=f["rank"])
+                ManifestFile(
+                    path=f["path"],
+                    size_bytes=f["size_bytes"],
+                    checksum=f["checksum"],
+                    rank=f["rank"],
+                )
                 for f in sorted(files, key=lambda f: f["path"])
             ),
             tokens_seen=job.tokens_seen,
@@ -717,7 +772,8 @@ class Checkpointer:
         storage.write_bytes(Storage.join(job.write_path, MANIFEST_NAME), manifest_bytes)
         self._phase("manifest_written", job.step)
         storage.write_bytes(
-            Storage.join(job.write_path, COMMIT_MARKER_NAME), commit_marker_bytes(job.step, manifest_bytes)
+            Storage.join(job.write_path, COMMIT_MARKER_NAME),
+            commit_marker_bytes(job.step, manifest_bytes),
         )
         self._phase("marker_written", job.step)
         if storage.is_local:
@@ -725,9 +781,20 @@ class Checkpointer:
             if os.path.lexists(job.final_path):
                 aside = quarantine_name(job.final_path, f"superseded-{job.token}")
                 logger.warning(
-                    "ckptctl: %s already exists (an older run's); moving it to %s", job.final_path, aside
+                    "ckptctl: %s already exists (an older run's); moving it to %s",
+                    job.final_path,
+                    aside,
                 )
                 os.rename(job.final_path, aside)
+                record_event(
+                    storage,
+                    self._root_path,
+                    action="supersede",
+                    from_name=step_dir_name(job.step),
+                    to_name=Storage.basename(aside),
+                    step=job.step,
+                    reason="a new save at the same step (resumed from an earlier checkpoint)",
+                )
             storage.rename(job.write_path, job.final_path)
             _fsync_dir(self._root_path)
         self._phase("committed", job.step)
@@ -739,7 +806,9 @@ class Checkpointer:
 
     # -- loading -----------------------------------------------------------------------------------------
 
-    def load(self, path: str, state: Mapping[str, Any], *, verify: VerifyMode = "deep") -> LoadResult:
+    def load(
+        self, path: str, state: Mapping[str, Any], *, verify: VerifyMode = "deep"
+    ) -> LoadResult:
         """Restore ``state`` from the checkpoint at ``path`` (every rank must call it).
 
         The checkpoint must be complete by ckptctl's verifier (``verify="deep"``
@@ -750,7 +819,8 @@ class Checkpointer:
         problem = self._verify_for_load(path, verify)
         if problem is not None:
             raise IncompleteCheckpointError(
-                f"{path}: {problem}", hint="use `ckptctl locate <root>` or load_latest() to pick a complete one"
+                f"{path}: {problem}",
+                hint="use `ckptctl locate <root>` or load_latest() to pick a complete one",
             )
         return self._load_verified(path, state, skipped=())
 
@@ -778,15 +848,27 @@ class Checkpointer:
                         "path": found.checkpoint.path if found.checkpoint else None,
                         "step": found.checkpoint.step if found.checkpoint else None,
                         "skipped": [
-                            f"{r.path}: {r.status}: {'; '.join(r.problems) or 'no detail'}" for r in found.skipped
+                            f"{r.path}: {r.status}: {'; '.join(r.problems) or 'no detail'}"
+                            for r in found.skipped
                         ],
                         "error": None,
                     }
                 except Exception as e:
                     if type(e).__name__ == "NotFoundError":
-                        info = {"path": None, "step": None, "skipped": [], "error": None, "missing_root": True}
+                        info = {
+                            "path": None,
+                            "step": None,
+                            "skipped": [],
+                            "error": None,
+                            "missing_root": True,
+                        }
                     else:
-                        info = {"path": None, "step": None, "skipped": [], "error": f"{type(e).__name__}: {e}"}
+                        info = {
+                            "path": None,
+                            "step": None,
+                            "skipped": [],
+                            "error": f"{type(e).__name__}: {e}",
+                        }
             info = self._coord.broadcast_json(info)
             assert info is not None
             if info.get("error"):
@@ -816,7 +898,9 @@ class Checkpointer:
             skipped.append(msg)
             before = step
 
-    def _verify_for_load(self, path: str, mode: VerifyMode, *, quick_done: bool = False) -> str | None:
+    def _verify_for_load(
+        self, path: str, mode: VerifyMode, *, quick_done: bool = False
+    ) -> str | None:
         """None if ``path`` may be loaded, else why not (the same answer on every rank)."""
         if mode == "none":
             return None
@@ -860,7 +944,11 @@ class Checkpointer:
                 from ckptctl.ops.checkpoints import verify_checkpoint
 
                 report = verify_checkpoint(path, deep=True)
-                verdict = {"problem": None if report.is_complete else f"{report.status}: {'; '.join(report.problems)}"}
+                verdict = {
+                    "problem": None
+                    if report.is_complete
+                    else f"{report.status}: {'; '.join(report.problems)}"
+                }
             verdict = self._coord.broadcast_json(verdict)
             assert verdict is not None
             return verdict["problem"]
@@ -882,7 +970,9 @@ class Checkpointer:
                     if size != f.size_bytes:
                         problems.append(f"{f.path}: {size} bytes, manifest says {f.size_bytes}")
                     elif crc != f.checksum:
-                        problems.append(f"{f.path}: CRC-32 {crc}, manifest says {f.checksum} (checksum mismatch)")
+                        problems.append(
+                            f"{f.path}: CRC-32 {crc}, manifest says {f.checksum} (checksum mismatch)"
+                        )
             except ManifestError as e:
                 problems.append(f"{MANIFEST_NAME}: {e}")
             except Exception as e:
@@ -891,7 +981,9 @@ class Checkpointer:
         merged = sorted({p for ps in everyone for p in ps})
         return f"corrupt: {'; '.join(merged)}" if merged else None
 
-    def _load_verified(self, path: str, state: Mapping[str, Any], *, skipped: tuple[str, ...]) -> LoadResult:
+    def _load_verified(
+        self, path: str, state: Mapping[str, Any], *, skipped: tuple[str, ...]
+    ) -> LoadResult:
         storage, cpath = Storage.for_url(path)
         manifest: Manifest | None = None
         try:
@@ -913,7 +1005,9 @@ class Checkpointer:
             if key in saved_keys:
                 continue
             if key.startswith("ckptctl.rng.rank"):
-                notes.append(f"no RNG state saved for rank {self.rank} (saved world size differs); RNG not restored")
+                notes.append(
+                    f"no RNG state saved for rank {self.rank} (saved world size differs); RNG not restored"
+                )
                 del template[key]
             elif key in {PER_RANK_KEY_FMT.format(key=k, rank=self.rank) for k in split.per_rank}:
                 notes.append(f"no {key!r} in the checkpoint (saved world size differs); left as is")
@@ -922,7 +1016,9 @@ class Checkpointer:
             # Plain values come back as saved, whatever the caller passed as a placeholder.
             if key in saved_keys:
                 template[key] = _template_from_metadata(metadata, key)
-        missing = sorted(k for k in template if k not in saved_keys and not _is_empty_state(template[k]))
+        missing = sorted(
+            k for k in template if k not in saved_keys and not _is_empty_state(template[k])
+        )
         for key in [k for k in template if k not in saved_keys]:
             del template[key]  # empty containers: DCP saved nothing for them
         if missing:
@@ -940,13 +1036,14 @@ class Checkpointer:
                 is_local=storage.is_local,
                 storage_options=self._storage_options,
             )
-            dcp.load(
-                template,
-                storage_reader=reader,
-                planner=_dcp_io.SafeLoadPlanner(),
-                process_group=self._coord.group,
-                no_dist=not self._coord.is_distributed,
-            )
+            with _quiet_no_dist():
+                dcp.load(
+                    template,
+                    storage_reader=reader,
+                    planner=_dcp_io.SafeLoadPlanner(),
+                    process_group=self._coord.group,
+                    no_dist=not self._coord.is_distributed,
+                )
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)) or not (
                 isinstance(e, Exception) or _is_dcp_exception(e)
@@ -1000,7 +1097,9 @@ class Checkpointer:
                 wrapped.load_state_dict(loaded[per_key])
         if split.plain:
             if not isinstance(state, MutableMapping):
-                raise TypeError("state holds plain values; pass a mutable dict so load can write them back")
+                raise TypeError(
+                    "state holds plain values; pass a mutable dict so load can write them back"
+                )
             for key in split.plain:
                 state[key] = loaded[key]
 
@@ -1047,7 +1146,11 @@ def _template_from_metadata(metadata: Metadata, key: str) -> Any:
         path = planner_data.get(fqn) or (fqn,)
         if str(path[0]) != key:
             continue
-        value = torch.empty(md.size, dtype=md.properties.dtype) if isinstance(md, TensorStorageMetadata) else None
+        value = (
+            torch.empty(md.size, dtype=md.properties.dtype)
+            if isinstance(md, TensorStorageMetadata)
+            else None
+        )
         set_element(holder, path, value)
     return holder.get(key)
 

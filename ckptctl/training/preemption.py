@@ -54,7 +54,9 @@ class PreemptionWatcher:
         self._previous: dict[int, Any] = {}
         nums = [int(s) for s in signals]
         if nums and threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("preemption signal handlers can only be installed from the main thread")
+            raise RuntimeError(
+                "preemption signal handlers can only be installed from the main thread"
+            )
         for num in nums:
             self._previous[num] = signal.signal(num, self._handle)
 

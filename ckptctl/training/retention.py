@@ -16,20 +16,19 @@ appended to ``<root>/.ckptctl/audit.jsonl``.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import secrets
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
+from ckptctl.adapters import audit
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.manifest import COMMIT_MARKER_NAME
 from ckptctl.core.retention import RetentionCandidate, RetentionPolicy, plan_retention
 
 FINAL_NAME_RE = re.compile(r"^step_(?P<step>\d+)$")
 TEMP_NAME_RE = re.compile(r"^step_(?P<step>\d+)\.tmp-[0-9A-Za-z-]+$")
-AUDIT_LOG = ".ckptctl/audit.jsonl"
 
 
 @dataclass(slots=True)
@@ -81,9 +80,11 @@ def scan_candidates(
 def delete_checkpoint_dir(storage: Storage, path: str) -> None:
     """Delete one checkpoint directory so that no reader ever sees it half-deleted as complete."""
     if storage.is_local:
-        doomed = f"{path}.tmp-deleting-{secrets.token_hex(4)}" if not TEMP_NAME_RE.match(
-            Storage.basename(path)
-        ) else path
+        doomed = (
+            f"{path}.tmp-deleting-{secrets.token_hex(4)}"
+            if not TEMP_NAME_RE.match(Storage.basename(path))
+            else path
+        )
         if doomed != path:
             storage.rename(path, doomed)
         storage.remove_tree(doomed)
@@ -129,18 +130,52 @@ def apply_retention(
 
 
 def _audit(storage: Storage, root: str, cand: RetentionCandidate, policy: RetentionPolicy) -> None:
-    record = {
-        "time_unix_s": round(time.time(), 3),
-        "actor": "ckptctl.training",
-        "action": "retention-delete",
-        "name": cand.name,
-        "step": cand.step,
-        "reason": (
-            f"complete, beyond keep_last={policy.keep_last}"
-            if cand.is_complete
-            else "temporary directory superseded by a complete checkpoint"
-        ),
-    }
-    # The deletion happened; a failed audit append must not fail training.
+    reason = (
+        f"complete, beyond keep_last={policy.keep_last}"
+        if cand.is_complete
+        else "temporary directory superseded by a complete checkpoint"
+    )
+    record_event(
+        storage,
+        root,
+        action="retention-delete",
+        from_name=cand.name,
+        to_name=None,
+        step=cand.step,
+        reason=reason,
+    )
+
+
+def record_event(
+    storage: Storage,
+    root: str,
+    *,
+    action: str,
+    from_name: str,
+    to_name: str | None,
+    step: int | None,
+    reason: str,
+) -> None:
+    """Append one audit record (the schema ``ckptctl rollback`` uses); never raises."""
+    # The mutation already happened; a failed audit append must not fail training.
     with contextlib.suppress(Exception):
-        storage.append_line(Storage.join(root, AUDIT_LOG), json.dumps(record, sort_keys=True))
+        actor = audit.current_actor()
+        audit.append_record(
+            storage,
+            root,
+            {
+                "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "user": actor.user,
+                "host": actor.host,
+                "pid": actor.pid,
+                "action": action,
+                "from": from_name,
+                "to": to_name,
+                "step": step,
+                "reason": reason,
+                "ckptctl_version": actor.tool_version,
+                "root": storage.url(root),
+                "actor": "ckptctl.training",
+                "outcome": "done",
+            },
+        )

@@ -43,7 +43,9 @@ def capture_rng_state() -> dict[str, Any]:
             "cached_gaussian": float(cached),
         }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = {str(i): torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())}
+        state["cuda"] = {
+            str(i): torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())
+        }
     return state
 
 
@@ -105,7 +107,9 @@ class PerRank:
 
     def __init__(self, obj: Any) -> None:
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-            raise TypeError(f"PerRank needs an object with state_dict/load_state_dict, got {type(obj).__name__}")
+            raise TypeError(
+                f"PerRank needs an object with state_dict/load_state_dict, got {type(obj).__name__}"
+            )
         self.obj = obj
 
     def state_dict(self) -> dict[str, Any]:
@@ -150,11 +154,17 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
             initialised = dist.is_available() and dist.is_initialized()
             rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
-            world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
+            world_size = (
+                world_size
+                if world_size is not None
+                else (dist.get_world_size() if initialised else 1)
+            )
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if global_batch_size < 1 or global_batch_size > num_samples:
-            raise ValueError(f"global_batch_size must be in [1, num_samples={num_samples}], got {global_batch_size}")
+            raise ValueError(
+                f"global_batch_size must be in [1, num_samples={num_samples}], got {global_batch_size}"
+            )
         if global_batch_size % world_size:
             raise ValueError(
                 f"global_batch_size {global_batch_size} is not divisible by world_size {world_size}"

@@ -1,0 +1,205 @@
+"""Helpers for the ckptctl.training tests: run examples/train.py, parse its log, check checkpoints.
+
+Also the body of the kill-point workers (``kill_point_worker``), which the
+20-kill-points test forks from a forkserver that has torch already imported,
+so each kill costs a fork instead of a 2-second interpreter start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = REPO / "examples" / "train.py"
+
+STEP_RE = re.compile(
+    r"^ckptctl-train step=(?P<step>\d+) loss=(?P<loss>\S+) tokens_seen=(?P<tokens>\d+) lr=(?P<lr>\S+) rank=(?P<rank>\d+)$"
+)
+RESUMED_RE = re.compile(
+    r"^ckptctl-train resumed from=(?P<path>\S+) step=(?P<step>\d+) world_size=(?P<w>\d+) saved_world_size=(?P<w0>\S+)$"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def torchrun_argv(nproc: int, *train_args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--max-restarts=0",
+        str(TRAIN),
+        *train_args,
+    ]
+
+
+def run_train(
+    nproc: int, *train_args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """examples/train.py under torchrun (nproc >= 1), or as one plain process when nproc == 0."""
+    argv = torchrun_argv(nproc, *train_args) if nproc else [sys.executable, str(TRAIN), *train_args]
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=child_env(), timeout=timeout, cwd=REPO
+    )
+
+
+@dataclass
+class TrainLog:
+    steps: list[int]
+    losses: dict[int, str]
+    """step -> loss exactly as printed (repr of a float)."""
+    tokens: dict[int, int]
+    resumed: dict[str, str] | None
+    lines: list[str]
+
+
+def parse_log(stdout: str) -> TrainLog:
+    steps: list[int] = []
+    losses: dict[int, str] = {}
+    tokens: dict[int, int] = {}
+    resumed = None
+    lines = stdout.splitlines()
+    for line in lines:
+        m = STEP_RE.match(line.strip())
+        if m:
+            step = int(m["step"])
+            steps.append(step)
+            losses[step] = m["loss"]
+            tokens[step] = int(m["tokens"])
+            continue
+        r = RESUMED_RE.match(line.strip())
+        if r:
+            resumed = r.groupdict()
+    return TrainLog(steps=steps, losses=losses, tokens=tokens, resumed=resumed, lines=lines)
+
+
+def ckptctl_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ckptctl", *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def describe(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+
+
+def file_crc32(path: Path) -> str:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def independently_complete(step_dir: Path) -> str | None:
+    """None if the directory is a committed ckptctl checkpoint whose every file matches the
+    manifest (size and CRC-32), else why not. Written without ckptctl's verifier, on purpose."""
+    from ckptctl.core.manifest import check_commit_marker
+
+    if ".tmp" in step_dir.name:
+        return "temporary name"
+    manifest_path = step_dir / "ckptctl.json"
+    marker_path = step_dir / ".ckptctl-committed"
+    if not manifest_path.exists():
+        return "no manifest"
+    if not marker_path.exists():
+        return "no commit marker"
+    manifest_bytes = manifest_path.read_bytes()
+    why = check_commit_marker(marker_path.read_bytes(), manifest_bytes)
+    if why:
+        return why
+    manifest = json.loads(manifest_bytes)
+    names = {f["path"] for f in manifest["files"]}
+    if ".metadata" not in names:
+        return "manifest does not list .metadata"
+    for f in manifest["files"]:
+        p = step_dir / f["path"]
+        if not p.exists():
+            return f"{f['path']} missing"
+        if p.stat().st_size != f["size_bytes"]:
+            return f"{f['path']} size"
+        if file_crc32(p) != f["checksum"]:
+            return f"{f['path']} crc"
+    return None
+
+
+# -- kill-point workers (forked from a forkserver with torch preloaded) --------------------------
+
+
+def kill_point_worker(
+    rank: int,
+    world: int,
+    store_path: str,
+    root: str,
+    start_step: int,
+    kill_phase: str | None,
+    kill_rank: int,
+    kill_save: int,
+) -> None:
+    """Train a small model and save every step until killed.
+
+    ``kill_phase``: SIGKILL this process at that save phase of the ``kill_save``-th
+    save if this is ``kill_rank`` (None: wait for the parent's SIGKILL).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from ckptctl.training import Checkpointer, ResumableBatchSampler
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
+    )
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(8)))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    sampler = ResumableBatchSampler(64, 8)
+    saves = 0
+
+    def on_phase(phase: str, step: int) -> None:
+        if kill_phase == phase and rank == kill_rank and saves + 1 == kill_save:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    ckpt = Checkpointer(root, preemption_signals=None, on_save_phase=on_phase)
+    state = {"model": ddp, "optimizer": opt, "data": sampler}
+    step = start_step
+    batches = iter(sampler)
+    while True:
+        try:
+            next(batches)
+        except StopIteration:
+            batches = iter(sampler)
+            continue
+        loss = ddp(torch.randn(4, 256)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        ckpt.save(step, state)
+        saves += 1
