@@ -712,9 +712,10 @@ def analyze(
     pre = stitch(pre_segments)
     post = [p for s in post_segments for p in s.points]
     p1 = resumed.first_step
+    unit = "step" if logged_steps else "point"
     explanation.append(
-        f"resume: {_describe_detection(resumed)} at line {resumed.points[0].line_no}; "
-        f"the resumed run starts at step {p1}"
+        f"resume: {_describe_detection(resumed)}; the resumed run starts at {unit} {p1} "
+        f"(line {resumed.points[0].line_no})"
         + (
             f"; checkpoint step {rs} ({'given' if rs_source == 'flag' else 'from the restore line'})"
             if rs is not None
@@ -784,7 +785,7 @@ def analyze(
             (baseline_stats, threshold, observed, spike_finding, loss_decided) = _judge_losses(
                 window, finite_judged, len(judged), interval, cfg
             )
-            explanation.extend(_describe_losses(baseline_stats, threshold, observed, cfg))
+            explanation.extend(_describe_losses(baseline_stats, threshold, observed, cfg, unit))
             if spike_finding is not None:
                 findings.append(spike_finding)
             rerun, rerun_finding = _compare_reruns(
@@ -1104,7 +1105,8 @@ def _decide(
 
 def _describe_detection(seg: Segment) -> str:
     if seg.reason == "log-marker" and seg.marker is not None:
-        return f"restore line {seg.marker.line_no} ({seg.marker.text[:80]!r})"
+        text = seg.marker.text if len(seg.marker.text) <= 120 else seg.marker.text[:117] + "..."
+        return f"restore line at line {seg.marker.line_no} ({text!r})"
     return {
         "step-counter-restart": "the step counter restarts",
         "step-gap": "the step counter jumps forward",
@@ -1113,7 +1115,7 @@ def _describe_detection(seg: Segment) -> str:
 
 
 def _describe_losses(
-    b: BaselineStats, t: ThresholdStats, o: ObservedStats, cfg: WatchConfig
+    b: BaselineStats, t: ThresholdStats, o: ObservedStats, cfg: WatchConfig, unit: str
 ) -> list[str]:
     source = {
         "log": "this log",
@@ -1121,16 +1123,17 @@ def _describe_losses(
         "both": "the baseline file and this log",
     }[b.source]
     return [
-        f"baseline: {b.num_points} pre-failure points, steps {b.first_step}..{b.last_step} from {source}; "
-        f"level {_fmt(b.level)} at step {o.points[0].step}, slope {_signed(b.slope_per_step)}/step, "
-        f"spread (1.4826 x MAD) {_fmt(b.spread)}, logged every {b.log_interval} step(s)",
+        f"baseline: {b.num_points} pre-failure points, {unit}s {b.first_step}..{b.last_step} from "
+        f"{source}; level {_fmt(b.level)} at {unit} {o.points[0].step}, slope "
+        f"{_signed(b.slope_per_step)}/{unit}, spread (1.4826 x MAD) {_fmt(b.spread)}"
+        + (f", logged every {b.log_interval} step(s)" if unit == "step" else ""),
         f"threshold: a point counts above level + {_fmt(t.tolerance)} = {_fmt(t.value)} "
         f"({_basis(t.basis, cfg.k, b.spread, cfg)}), {t.persistence} in a row make a spike; "
         f"the median of the first {t.num_steps} must stay under level + {_fmt(t.median_tolerance)} = "
         f"{_fmt(t.median_value)} ({_basis(t.median_basis, cfg.k_median, b.spread, cfg)})",
-        f"observed: {o.num_points} point(s), steps {o.points[0].step}..{o.points[-1].step}: median "
-        f"{_fmt(o.median_loss)} ({_signed(o.median_excess)} vs expected), max {_fmt(o.max_loss)} at step "
-        f"{o.max_loss_step}, {o.num_above} above the point threshold, longest run {o.longest_run_above}",
+        f"observed: {o.num_points} point(s), {unit}s {o.points[0].step}..{o.points[-1].step}: median "
+        f"{_fmt(o.median_loss)} ({_signed(o.median_excess)} vs expected), max {_fmt(o.max_loss)} at "
+        f"{unit} {o.max_loss_step}, {o.num_above} above the point threshold, longest run {o.longest_run_above}",
     ]
 
 
