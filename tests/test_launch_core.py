@@ -105,7 +105,7 @@ def test_full_yaml() -> None:
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("launch: {nnode: 2}", "unknown key 'launch.nnode' (did you mean launch.'nnodes'?)"),
+        ("launch: {nnode: 2}", "unknown key 'launch.nnode' (did you mean 'launch.nnodes'?)"),
         ("lanch: {}", "unknown key 'lanch' (did you mean 'launch'?)"),
         ("recover: {drain: {knd: slurm}}", "unknown key 'recover.drain.knd'"),
         ("recover: {bogus: 1}", "unknown key 'recover.bogus'"),

@@ -8,20 +8,24 @@ torchrun runs as a child process.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
 from ckptctl.cli.options import DryRunOpt, JsonOpt
-from ckptctl.core.config import ConfigOverrides
-from ckptctl.ops import launch as ops
+
+if TYPE_CHECKING:
+    from ckptctl.adapters.launcher import Supervisor
+
+# The config and ops modules (yaml, subprocess machinery) are imported inside the command:
+# `ckptctl --help` must stay fast.
 
 CommandArg = Annotated[
     list[str] | None,
     typer.Argument(
-        metavar="[--] SCRIPT [ARGS]...",
+        metavar="-- SCRIPT [ARGS]",
         help="The training script and its arguments (replace launch.script/script_args). "
         "Everything from the script on is passed to it untouched.",
         show_default=False,
@@ -84,6 +88,9 @@ def launch_cmd(
 ) -> None:
     """Run the training job under torchrun elastic, supervised: output to the console and to
     a log file, Ctrl-C/SIGTERM forwarded to the job as SIGTERM, the job's exit code returned."""
+    from ckptctl.core.config import ConfigOverrides
+    from ckptctl.ops import launch as ops
+
     words = list(command or [])
     overrides = ConfigOverrides(
         run_root=run_root,
@@ -121,7 +128,7 @@ def launch_cmd(
     # With --json, stdout carries one JSON document, so the job's output goes to stderr.
     console = out.info if json_ else out.print_line
 
-    def started(supervisor: ops.Supervisor) -> None:
+    def started(supervisor: Supervisor) -> None:
         out.info(f"job pid {supervisor.pid}, log {supervisor.log_path}")
 
     result = ops.run_launch(plan, on_output=console, on_start=started)

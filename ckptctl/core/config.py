@@ -371,7 +371,7 @@ def _check_keys(data: Mapping[str, Any], cls: type, where: str) -> None:
         if key not in known:
             full = f"{where}.{key}" if where else key
             close = difflib.get_close_matches(key, known, n=1)
-            suggestion = f" (did you mean {where + '.' if where else ''}{close[0]!r}?)" if close else ""
+            suggestion = f" (did you mean {(where + '.' if where else '') + close[0]!r}?)" if close else ""
             raise ConfigError(
                 f"unknown key {full!r}{suggestion}",
                 hint=f"known keys{' under ' + where if where else ''}: {', '.join(known)}",

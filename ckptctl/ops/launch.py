@@ -113,7 +113,7 @@ def load_config(
     relative to the working directory the job is launched from, as torchrun would.
     """
     if path is None:
-        default = os.path.join(search_dir, CONFIG_FILE_NAME)
+        default = CONFIG_FILE_NAME if search_dir == "." else os.path.join(search_dir, CONFIG_FILE_NAME)
         path = default if os.path.isfile(default) else None
     if path is None:
         config = CkptctlConfig()
