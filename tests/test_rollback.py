@@ -9,10 +9,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from ckptctl.adapters.runlock import HOLD_ENV
@@ -83,6 +83,28 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.pop(HOLD_ENV, None)
     env.update(extra or {})
     return env
+
+
+def start_racing(argv: list[str], n: int, env: dict[str, str]) -> list[subprocess.Popen[str]]:
+    return [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        for _ in range(n)
+    ]
+
+
+def first_to_exit(procs: list[subprocess.Popen[str]], timeout_s: float = 60) -> subprocess.Popen[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                return p
+        time.sleep(0.02)
+    raise AssertionError("no process finished: both inside the lock?")
+
+
+def finish(p: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = p.communicate(timeout=60)
+    return p.returncode, out, err
 
 
 # -- local disk: the use case ------------------------------------------------------------------
@@ -184,7 +206,7 @@ def test_dry_run_changes_nothing_and_shows_the_plan_a_real_run_applies(run_root:
     assert dry.plan is not None and not dry.done and dry.lock is None
     assert dry.locate == str(run_root / "step_20")
 
-    code, out, err = cli("rollback", str(run_root), "--dry-run", "--json", "--reason", "r")
+    code, out, _err = cli("rollback", str(run_root), "--dry-run", "--json", "--reason", "r")
     assert code == 0
     doc = json.loads(out)
     assert doc["dry_run"] is True and doc["done"] is False
@@ -304,27 +326,23 @@ def test_cli_audit_on_a_root_never_touched(run_root: Path) -> None:
 
 def test_two_concurrent_rollbacks_one_wins_the_other_is_refused(run_root: Path) -> None:
     original = by_original_name(snapshot(run_root))
-    env = cli_env({HOLD_ENV: "1.5"})  # the winner sleeps inside the lock: the race is real
-    procs = [
-        subprocess.Popen(
-            [CKPTCTL, "rollback", str(run_root), "--reason", f"proc {i}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(2)
-    ]
-    results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
-    codes = sorted(r[0] for r in results)
-    assert codes == [0, 4], results
-    winner = next(r for r in results if r[0] == 0)
-    loser = next(r for r in results if r[0] == 4)
-    assert winner[1] == f"{run_root / 'step_20'}\n"
-    assert loser[1] == ""
-    assert "error: run root is locked: rollback by" in loser[2]
-    assert f"(pid {procs[[r[0] for r in results].index(0)].pid})" in loser[2]
-    assert "since" in loser[2] and "hint:" in loser[2] and "Traceback" not in loser[2]
+    release = run_root.parent / "release"
+    # the winner waits inside the lock until `release` exists: the overlap is certain
+    procs = start_racing(
+        [CKPTCTL, "rollback", str(run_root), "--reason", "race"], 2, cli_env({HOLD_ENV: str(release)})
+    )
+    loser = first_to_exit(procs)
+    code, out, err = finish(loser)
+    assert code == 4, (code, out, err)
+    winner = procs[1 - procs.index(loser)]
+    assert winner.poll() is None, "the winner is still inside the lock"
+    assert out == ""
+    assert "error: run root is locked: rollback by" in err and f"(pid {winner.pid})" in err
+    assert "since" in err and "hint:" in err and "Traceback" not in err
+    release.touch()
+    code, out, err = finish(winner)
+    assert code == 0, err
+    assert out == f"{run_root / 'step_20'}\n"
     assert len(quarantined(run_root)) == 1 and quarantined(run_root)[0].startswith("step_30.")
     assert located(run_root) == "step_20"
     assert by_original_name(snapshot(run_root)) == original, "no byte lost"
@@ -333,24 +351,14 @@ def test_two_concurrent_rollbacks_one_wins_the_other_is_refused(run_root: Path) 
 
 
 def test_many_parallel_rollbacks_never_lose_or_double_up(run_root: Path) -> None:
-    """No hook: six processes at once. Each either wins the lock (and quarantines the
+    """No hook: four processes at once. Each either wins the lock (and quarantines the
     then-newest), is refused by the lock (4), or finds nothing left to fall back to (3)."""
     original = by_original_name(snapshot(run_root))
-    procs = [
-        subprocess.Popen(
-            [CKPTCTL, "rollback", str(run_root)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=cli_env(),
-        )
-        for _ in range(6)
-    ]
-    results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+    results = [finish(p) for p in start_racing([CKPTCTL, "rollback", str(run_root)], 4, cli_env())]
     wins = [r for r in results if r[0] == 0]
     assert all(r[0] in (0, 3, 4) for r in results), results
     assert 1 <= len(wins) <= 2, results  # three checkpoints: at most two rollbacks
-    for code, out, err in results:
+    for code, _out, err in results:
         if code == 4:
             assert "run root is locked" in err
         if code == 3:
@@ -450,40 +458,32 @@ def test_s3_rollback_undo_round_trip_via_ops(
     assert _s3_files(s3_server, f"{s3_bucket}/run") == original
 
 
-def test_s3_cli_round_trip_and_concurrent_refusal(
+def test_s3_cli_concurrent_rollbacks_and_undo(
     run_root: Path, s3_server: str, s3_env: dict[str, str], s3_bucket: str
 ) -> None:
     url = f"s3://{s3_bucket}/run"
     upload_tree(s3_server, run_root, url)
     original = _s3_files(s3_server, f"{s3_bucket}/run")
-    env = cli_env(s3_env)
-
-    procs = [
-        subprocess.Popen(
-            [CKPTCTL, "rollback", "--json", url, "--reason", "spike"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**env, HOLD_ENV: "2"},
-            cwd=REPO,
-        )
-        for _ in range(2)
-    ]
-    results = [(p.wait(timeout=90), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
-    assert sorted(r[0] for r in results) == [0, 4], results
-    winner = next(r for r in results if r[0] == 0)
-    doc = json.loads(winner[1])
+    release = run_root.parent / "release"
+    procs = start_racing(
+        [CKPTCTL, "rollback", "--json", url, "--reason", "spike"], 2, cli_env({**s3_env, HOLD_ENV: str(release)})
+    )
+    loser = first_to_exit(procs, timeout_s=90)
+    code, out, err = finish(loser)
+    assert code == 4, (code, out, err)
+    assert "run root is locked: rollback by" in err and f"s3://{s3_bucket}/run/.ckptctl/lock" in err
+    release.touch()
+    code, out, err = finish(procs[1 - procs.index(loser)])
+    assert code == 0, err
+    doc = json.loads(out)
     assert doc["done"] and doc["locate"] == f"{url}/step_20"
     assert doc["lock"]["method"] == "conditional-put"
-    loser = next(r for r in results if r[0] == 4)
-    assert "run root is locked: rollback by" in loser[2]
+    assert located(url) == "step_20"
 
     undo = subprocess.run(
-        [CKPTCTL, "rollback", "--undo", url], capture_output=True, text=True, env=env, timeout=90
+        [CKPTCTL, "rollback", "--undo", url], capture_output=True, text=True, env=cli_env(s3_env), timeout=90
     )
     assert undo.returncode == 0, undo.stderr
     assert undo.stdout == f"{url}/step_30\n"
-    audit = subprocess.run([CKPTCTL, "audit", "--json", url], capture_output=True, text=True, env=env, timeout=90)
-    assert [r["action"] for r in json.loads(audit.stdout)["records"]] == ["quarantine", "restore"]
+    assert [r["action"] for r in ops.read_audit(url).records] == ["quarantine", "restore"]
     assert _s3_files(s3_server, f"{s3_bucket}/run") == original
-

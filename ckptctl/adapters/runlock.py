@@ -36,8 +36,9 @@ processes breaking the same stale lock cannot delete a fresh one. A lock from
 another host, or one that cannot be parsed, is never broken automatically: the
 refusal says how to remove it by hand if its holder is truly gone.
 
-Test hook: ``CKPTCTL_TEST_HOLD_LOCK_S`` makes the holder sleep that many seconds
-right after acquiring, so tests can make two processes really overlap.
+Test hook: with ``CKPTCTL_TEST_HOLD_LOCK_UNTIL=PATH`` the holder waits, right
+after acquiring, until PATH exists (at most 60 s), so a test can make two real
+processes overlap deterministically on a loaded machine.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ from ckptctl.errors import LockHeldError, StorageError, StorageUnreachableError
 
 LOCK_NAME = "lock"
 _GUARD_SUFFIX = ".break"
-#: Test hook: seconds to sleep right after acquiring (makes races observable).
-HOLD_ENV = "CKPTCTL_TEST_HOLD_LOCK_S"
+#: Test hook: after acquiring, wait until this file exists (at most 60 s).
+HOLD_ENV = "CKPTCTL_TEST_HOLD_LOCK_UNTIL"
+_HOLD_MAX_S = 60.0
 #: Protocols whose object store honours S3's ``If-None-Match: *`` through s3fs.
 _CONDITIONAL_PUT_PROTOCOLS = frozenset({"s3", "s3a"})
 _GUARD_WAIT_S = 2.0
@@ -160,12 +162,19 @@ def run_lock(storage: Storage, root: str, *, operation: str) -> Iterator[HeldLoc
     """Hold the run root's lock for the duration of the block (see module doc)."""
     held = _acquire(storage, root, operation)
     try:
-        hold_s = float(os.environ.get(HOLD_ENV) or 0)
-        if hold_s > 0:
-            time.sleep(hold_s)
+        _test_hold()
         yield held
     finally:
         _release(storage, held)
+
+
+def _test_hold() -> None:
+    release_file = os.environ.get(HOLD_ENV)
+    if not release_file:
+        return
+    deadline = time.monotonic() + _HOLD_MAX_S
+    while not os.path.exists(release_file) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------------------------------
