@@ -67,7 +67,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(dim)
         self.attn = nn.MultiheadAttention(dim, heads, dropout=dropout, batch_first=True)
         self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout)
+        )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
@@ -76,7 +78,9 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, seq_len: int, dim: int = 32, heads: int = 2, layers: int = 2, dropout: float = 0.1) -> None:
+    def __init__(
+        self, seq_len: int, dim: int = 32, heads: int = 2, layers: int = 2, dropout: float = 0.1
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(VOCAB, dim)
         self.pos = nn.Embedding(seq_len, dim)
@@ -84,7 +88,9 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, heads, dropout) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, VOCAB)
-        self.register_buffer("mask", torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), 1), persistent=False)
+        self.register_buffer(
+            "mask", torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), 1), persistent=False
+        )
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
@@ -124,10 +130,20 @@ def augment(x: torch.Tensor) -> torch.Tensor:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt-root", required=True, help="run root for step_N checkpoints (path or fsspec URL)")
-    p.add_argument("--resume-from", default=None, help="checkpoint directory, or 'auto' for the newest complete one")
-    p.add_argument("--steps", type=int, default=40, help="train until this many optimizer steps are done")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--ckpt-root", required=True, help="run root for step_N checkpoints (path or fsspec URL)"
+    )
+    p.add_argument(
+        "--resume-from",
+        default=None,
+        help="checkpoint directory, or 'auto' for the newest complete one",
+    )
+    p.add_argument(
+        "--steps", type=int, default=40, help="train until this many optimizer steps are done"
+    )
     p.add_argument("--save-every", type=int, default=5)
     p.add_argument("--keep-last", type=int, default=None)
     p.add_argument("--async-save", action="store_true")
@@ -142,8 +158,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-during-save-at-step", type=int, default=None)
     p.add_argument("--crash-save-phase", choices=SAVE_PHASES[:3], default="shards_written")
     p.add_argument("--crash-rank", type=int, default=0)
-    p.add_argument("--preemption-signal", default=None, help="extra signal that triggers an emergency save, e.g. SIGUSR1")
-    p.add_argument("--step-sleep-s", type=float, default=0.0, help="sleep per step (slows a run down for drills)")
+    p.add_argument(
+        "--preemption-signal",
+        default=None,
+        help="extra signal that triggers an emergency save, e.g. SIGUSR1",
+    )
+    p.add_argument(
+        "--step-sleep-s",
+        type=float,
+        default=0.0,
+        help="sleep per step (slows a run down for drills)",
+    )
     p.add_argument("--log-all-ranks", action="store_true")
     args = p.parse_args(argv)
     if args.steps < 1 or args.save_every < 1:
@@ -172,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
     torch.set_num_threads(1)
-    distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) >= 1 and "MASTER_ADDR" in os.environ
+    distributed = (
+        "WORLD_SIZE" in os.environ
+        and int(os.environ["WORLD_SIZE"]) >= 1
+        and "MASTER_ADDR" in os.environ
+    )
     if distributed:
         dist.init_process_group(backend="gloo")
     rank = dist.get_rank() if distributed else 0
@@ -202,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed * 1000 + rank + 1)
 
     def on_save_phase(phase: str, step: int) -> None:
-        if step == args.crash_during_save_at_step and phase == args.crash_save_phase and rank == args.crash_rank:
+        if (
+            step == args.crash_during_save_at_step
+            and phase == args.crash_save_phase
+            and rank == args.crash_rank
+        ):
             kill_self()
 
     signals: list[int] = [signal.SIGTERM]
@@ -218,10 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "dataloader": sampler}
 
+    # Creating a DataLoader iterator draws a seed from torch's global RNG. Create it
+    # before the resume, which restores the RNG, so that a resumed run and an
+    # uninterrupted one draw the same numbers from here on.
+    batches = iter(loader)
     step = 0
     tokens_seen = 0
     if args.resume_from:
-        result = ckpt.load_latest(state) if args.resume_from == "auto" else ckpt.load(args.resume_from, state)
+        result = (
+            ckpt.load_latest(state)
+            if args.resume_from == "auto"
+            else ckpt.load(args.resume_from, state)
+        )
         if result is not None:
             step = result.step
             tokens_seen = result.tokens_seen or 0
@@ -236,11 +277,14 @@ def main(argv: list[str] | None = None) -> int:
 
     tokens_per_step = args.global_batch_size * args.seq_len
     model.train()
-    batches = iter(loader)
     exit_code = 0
     try:
         while step < args.steps:
-            if args.crash_at_step is not None and step + 1 == args.crash_at_step and rank == args.crash_rank:
+            if (
+                args.crash_at_step is not None
+                and step + 1 == args.crash_at_step
+                and rank == args.crash_rank
+            ):
                 kill_self()
             try:
                 x, y = next(batches)
@@ -271,9 +315,13 @@ def main(argv: list[str] | None = None) -> int:
                 import time
 
                 time.sleep(args.step_sleep_s)
-            ckpt.maybe_save(step, state, tokens_seen=tokens_seen, samples_seen=step * args.global_batch_size)
+            ckpt.maybe_save(
+                step, state, tokens_seen=tokens_seen, samples_seen=step * args.global_batch_size
+            )
         if ckpt.last_committed_step != step:
-            ckpt.save(step, state, tokens_seen=tokens_seen, samples_seen=step * args.global_batch_size)
+            ckpt.save(
+                step, state, tokens_seen=tokens_seen, samples_seen=step * args.global_batch_size
+            )
         ckpt.close()
         if rank == 0:
             print(f"ckptctl-train done step={step}", flush=True)
