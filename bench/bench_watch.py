@@ -9,6 +9,9 @@ pre-failure log that sometimes lost its last lines (buffered output), and a
 resume that is sometimes deterministic (re-run steps reproduce the pre-failure
 losses).
 
+One trial in five resumes early in training (steps 25-80 of a curve that
+still bends hard), where a straight baseline alone would be wrong.
+
 * clean trials: the resume is correct; any verdict other than ``continuous`` is
   a false alarm.
 * jump trials: at the resume the loss jumps by a fraction of its level, either
@@ -75,6 +78,9 @@ def run_trial(trial: Trial, config: WatchConfig) -> str:
     )
     interval = rng.choice((1, 1, 1, 5, 10))
     resume = interval * rng.randint(60, 1000)  # checkpoint step, a multiple of the log interval
+    if rng.random() < 0.2:
+        # Early in training: the curve still bends hard inside the baseline window.
+        t0, resume = rng.uniform(2, 20), interval * rng.randint(25, 80)
     crash = resume + interval * rng.choice((0, 0, rng.randint(1, 20)))
     heavy = rng.random() < 0.5
     deterministic = rng.random() < 0.3

@@ -100,7 +100,7 @@ _LIGHTNING_RE = re.compile(
 # segment even when the step counter does not go back (a resume that skipped
 # ahead), and a marker with a step tells which step the trainer says it restored.
 _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("ckptctl", re.compile(r"\bckptctl-train\s+resum\w*\b.*?\bstep=(?P<step>\d+)")),
+    ("ckptctl", re.compile(r"\bckptctl-train\s+resum\w*\b.*?\sstep=(?P<step>\d+)")),
     ("hf", re.compile(r"Continuing training from global step (?P<step>\d+)")),
     ("torchtitan", re.compile(r"Loading the checkpoint at step (?P<step>\d+)")),
     (

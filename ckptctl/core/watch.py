@@ -56,6 +56,7 @@ otherwise ``insufficient-data``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -105,6 +106,10 @@ class WatchConfig:
     """Absolute floor of the tolerance (a loss near zero with no noise)."""
     persistence: int = 3
     """Consecutive judged points above the threshold that make a spike (``--persistence``)."""
+    local_points: int = 9
+    """Pre-failure points nearest each judged step whose median is a second expectation
+    next to the robust line, the larger one counting: a curve that bends inside the
+    baseline window (the end of a steep early descent) then does not read as a spike."""
     min_baseline_points: int = 10
     """Fewer finite pre-failure points than this: no loss verdict (insufficient-data)."""
     gap_tolerance_intervals: float = 2.0
@@ -126,6 +131,7 @@ class WatchConfig:
             ("min_rel_tol", math.isfinite(self.min_rel_tol) and self.min_rel_tol >= 0, ">= 0"),
             ("min_abs_tol", math.isfinite(self.min_abs_tol) and self.min_abs_tol >= 0, ">= 0"),
             ("persistence", 1 <= self.persistence <= self.num_steps, "between 1 and num_steps"),
+            ("local_points", 1 <= self.local_points <= self.window, "between 1 and window"),
             (
                 "min_baseline_points",
                 3 <= self.min_baseline_points <= self.window,
@@ -148,6 +154,7 @@ class WatchConfig:
             "min_rel_tol": self.min_rel_tol,
             "min_abs_tol": self.min_abs_tol,
             "persistence": self.persistence,
+            "local_points": self.local_points,
             "min_baseline_points": self.min_baseline_points,
             "gap_tolerance_intervals": self.gap_tolerance_intervals,
             "min_rerun_points": self.min_rerun_points,
@@ -215,7 +222,11 @@ class BaselineStats:
     first_step: int
     last_step: int
     level: float
-    """Expected loss at the first judged step (upper expectation)."""
+    """Expected loss at the first judged step: the larger of ``line_level`` and ``local_level``."""
+    line_level: float
+    """The robust line at the first judged step (held flat past the window's end)."""
+    local_level: float
+    """Median of the pre-failure points nearest the first judged step."""
     slope_per_step: float
     spread: float
     """Robust standard deviation of the residuals: 1.4826 * MAD."""
@@ -230,6 +241,8 @@ class BaselineStats:
             "first_step": self.first_step,
             "last_step": self.last_step,
             "level": _jf(self.level),
+            "line_level": _jf(self.line_level),
+            "local_level": _jf(self.local_level),
             "slope_per_step": _jf(self.slope_per_step),
             "spread": _jf(self.spread),
             "log_interval": self.log_interval,
@@ -435,6 +448,13 @@ def fit_trend(steps: Sequence[int], losses: Sequence[float]) -> Trend:
     last = steps[-1]
     level = statistics.median(y - slope * (x - last) for x, y in zip(steps, losses, strict=True))
     return Trend(slope_per_step=slope, level_at_last=level, first_step=steps[0], last_step=last)
+
+
+def local_level(steps: Sequence[int], losses: Sequence[float], step: int, num_points: int) -> float:
+    """Median of the ``num_points`` points nearest ``step`` (the last ones past the end)."""
+    i = bisect.bisect_left(steps, step)
+    lo = max(0, min(i - num_points // 2, len(steps) - num_points))
+    return statistics.median(losses[lo : lo + num_points])
 
 
 def robust_spread(residuals: Sequence[float]) -> float:
@@ -938,7 +958,11 @@ def _judge_losses(
     ys = [p.loss for p in window]
     trend = fit_trend(xs, ys)
     spread = robust_spread([y - trend.at(x) for x, y in zip(xs, ys, strict=True)])
-    level = trend.upper(judged[0].step)
+
+    def expected(step: int) -> float:
+        return max(trend.upper(step), local_level(xs, ys, step, cfg.local_points))
+
+    level = expected(judged[0].step)
     rel_floor = cfg.min_rel_tol * abs(level)
     tolerance, basis = _tolerance(cfg.k * spread, rel_floor, cfg.min_abs_tol)
     median_tolerance, median_basis = _tolerance(cfg.k_median * spread, rel_floor, cfg.min_abs_tol)
@@ -948,6 +972,8 @@ def _judge_losses(
         first_step=xs[0],
         last_step=xs[-1],
         level=level,
+        line_level=trend.upper(judged[0].step),
+        local_level=local_level(xs, ys, judged[0].step, cfg.local_points),
         slope_per_step=trend.slope_per_step,
         spread=spread,
         log_interval=interval,
@@ -969,13 +995,13 @@ def _judge_losses(
     )
     judged_points = []
     for p in judged:
-        expected = trend.upper(p.step)
-        excess = p.loss - expected
+        expected_loss = expected(p.step)
+        excess = p.loss - expected_loss
         judged_points.append(
             JudgedPoint(
                 step=p.step,
                 loss=p.loss,
-                expected=expected,
+                expected=expected_loss,
                 excess=excess,
                 above=excess > tolerance,
                 line_no=p.line_no,
@@ -1124,8 +1150,10 @@ def _describe_losses(
     }[b.source]
     return [
         f"baseline: {b.num_points} pre-failure points, {unit}s {b.first_step}..{b.last_step} from "
-        f"{source}; level {_fmt(b.level)} at {unit} {o.points[0].step}, slope "
-        f"{_signed(b.slope_per_step)}/{unit}, spread (1.4826 x MAD) {_fmt(b.spread)}"
+        f"{source}; expected level {_fmt(b.level)} at {unit} {o.points[0].step} (the larger of the "
+        f"robust line {_fmt(b.line_level)}, slope {_signed(b.slope_per_step)}/{unit}, and the median "
+        f"of the {cfg.local_points} nearest points {_fmt(b.local_level)}); spread (1.4826 x MAD) "
+        f"{_fmt(b.spread)}"
         + (f", logged every {b.log_interval} step(s)" if unit == "step" else ""),
         f"threshold: a point counts above level + {_fmt(t.tolerance)} = {_fmt(t.value)} "
         f"({_basis(t.basis, cfg.k, b.spread, cfg)}), {t.persistence} in a row make a spike; "
