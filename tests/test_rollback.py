@@ -260,6 +260,38 @@ def test_undo_refuses_when_the_original_name_is_taken(run_root: Path) -> None:
     assert code == 3 and out == "" and "cannot restore" in err
 
 
+def test_pointer_file_naming_the_quarantined_checkpoint_is_flagged(run_root: Path) -> None:
+    (run_root / "latest").write_text("step_30\n")  # torchtitan/DeepSpeed-style pointer
+    res = ops.rollback(str(run_root))
+    assert res.done
+    assert any("pointer file latest still names 'step_30'" in w and "step_20" in w for w in res.warnings)
+    assert (run_root / "latest").read_text() == "step_30\n", "framework files are never edited"
+
+
+def test_a_checkpoint_directory_is_not_a_run_root_and_gets_no_lock(run_root: Path) -> None:
+    ckpt = run_root / "step_30"
+    before = snapshot(ckpt)
+    res = ops.rollback(str(ckpt))
+    assert res.refusal is not None and res.refusal.code == rb.NOTHING_TO_ROLL_BACK
+    assert res.lock is None
+    assert snapshot(ckpt) == before, "nothing written into the checkpoint"
+    res = ops.undo(str(ckpt))
+    assert res.refusal is not None and res.refusal.code == rb.NOTHING_TO_UNDO
+    assert snapshot(ckpt) == before
+
+
+def test_undo_dry_run_changes_nothing(run_root: Path) -> None:
+    ops.rollback(str(run_root))
+    before = snapshot(run_root)
+    res = ops.undo(str(run_root), dry_run=True)
+    assert res.plan is not None and res.plan.action == "restore" and not res.done
+    assert res.locate == str(run_root / "step_30")
+    assert snapshot(run_root) == before
+    code, out, err = cli("rollback", "--undo", "--dry-run", str(run_root))
+    assert code == 0 and out == f"{run_root / 'step_30'}\n" and "dry run: nothing changed" in err
+    assert snapshot(run_root) == before
+
+
 def test_missing_root_is_a_one_line_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [CKPTCTL, "rollback", str(tmp_path / "nope")], capture_output=True, text=True, env=cli_env(), timeout=60

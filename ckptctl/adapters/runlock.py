@@ -55,7 +55,7 @@ from typing import Any
 
 from ckptctl.adapters.audit import STATE_DIR_NAME, current_actor
 from ckptctl.adapters.storage import Storage
-from ckptctl.errors import LockHeldError, StorageError, StorageUnreachableError
+from ckptctl.errors import LockHeldError, NotFoundError, StorageError, StorageUnreachableError
 
 LOCK_NAME = "lock"
 _GUARD_SUFFIX = ".break"
@@ -293,11 +293,7 @@ def _release(storage: Storage, held: HeldLock) -> None:
 def _read(storage: Storage, path: str) -> bytes | None:
     try:
         return storage.read_bytes(path)
-    except StorageUnreachableError:
-        raise
-    except StorageError:
-        if storage.exists(path):
-            raise
+    except NotFoundError:
         return None
 
 
@@ -340,7 +336,11 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
         except (StorageUnreachableError, StorageError):
             raise
         except Exception as e:
-            if "NotImplemented" not in f"{type(e).__name__} {e}":
+            text = f"{type(e).__name__} {e}"
+            if "ConditionalRequestConflict" in text or "(409)" in text:
+                # AWS: another conditional write to this key is in flight; one of them wins
+                return None
+            if "NotImplemented" not in text:
                 raise StorageError(f"{storage.url(path)}: cannot create the lock file: {e}") from e
             notes.append(
                 "the object store rejects conditional writes (If-None-Match): "

@@ -36,6 +36,7 @@ from ckptctl.ops.checkpoints import (
     CheckOptions,
     CheckpointReport,
     LocateResult,
+    PointerHint,
     ProgressFn,
     find_latest_complete,
     inspect_checkpoint,
@@ -336,6 +337,15 @@ def undo(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    plan: RollbackPlan
+    known: dict[str, str | None]
+    """Statuses the plan saw (a --deep verdict included)."""
+    paths: dict[str, str]
+    """Directory name -> storage path."""
+
+
 Facts = Callable[[Storage, str], tuple[list[Candidate], list[str], dict[str, str]]]
 Decide = Callable[[list[Candidate], list[str], str, str], "RollbackPlan | Refusal"]
 
@@ -357,39 +367,51 @@ def _run(
         operation=operation, root=url, dry_run=dry_run, audit_log=storage.url(audit.audit_log_path(storage, path))
     )
 
-    def plan_and_apply() -> None:
+    def plan() -> _Prepared | None:
+        """Decide, and record the plan or the refusal; the rename to apply, if any."""
         cands, others, paths = facts(storage, path)
         decision = decide(cands, others, url, _stamp(now()))
         if isinstance(decision, Refusal):
             result.refusal = decision
             result.locate = _path(url, decision.current_locate)
-            return
+            return None
         result.plan = decision
         result.warnings.extend(decision.notes)
-        if dry_run:
-            result.locate = decision.path(decision.next_locate)
-            return
-        _apply(storage, path, decision, paths)
+        result.locate = decision.path(decision.next_locate)
+        return _Prepared(decision, {c.name: c.status for c in cands}, paths)
+
+    def apply(prepared: _Prepared) -> None:
+        _apply(storage, path, prepared.plan, prepared.paths)
         result.done = True
-        _check_after(result, decision, {c.name: c.status for c in cands}, root, progress)
+        _check_after(result, prepared.plan, prepared.known, root, progress)
 
     if dry_run:
         holder = read_lock(storage, path)
         if holder is not None:
             result.warnings.append(f"the run root is locked ({holder.describe()}): a real run would be refused now")
-        plan_and_apply()
-    elif held_lock is not None:
-        plan_and_apply()
-    else:
-        with run_lock(storage, path, operation=operation) as held:
-            result.lock = held
-            if held.broke_stale is not None:
-                result.warnings.append(
-                    f"removed a stale lock: {held.broke_stale.describe()}; that process is gone"
-                )
-                _log_broken_lock(storage, path, url, held, now())
-            result.warnings.extend(held.notes)
-            plan_and_apply()
+        plan()
+        return result
+    if held_lock is not None:
+        prepared = plan()
+        if prepared is not None:
+            apply(prepared)
+        return result
+    if not scan_root(storage, path).candidates:
+        # Not a run root (maybe a checkpoint directory) or an empty one: refuse
+        # without writing a lock file into that directory.
+        if plan() is None:
+            return result
+        result.plan, result.warnings = None, []  # something appeared: decide again, locked
+    with run_lock(storage, path, operation=operation) as held:
+        result.lock = held
+        if held.broke_stale is not None:
+            result.warnings.append(f"removed a stale lock: {held.broke_stale.describe()}; that process is gone")
+            _log_broken_lock(storage, path, url, held, now())
+        result.warnings.extend(held.notes)
+        # Decided under the lock: a concurrent rollback cannot have picked the same target.
+        prepared = plan()
+        if prepared is not None:
+            apply(prepared)
     return result
 
 
@@ -401,7 +423,16 @@ def _check_after(
     progress: ProgressFn,
 ) -> None:
     """Locate again (quick, as `ckptctl locate` does) and compare with the plan."""
-    after = find_latest_complete(root, progress=progress).checkpoint
+    located = find_latest_complete(root, progress=progress)
+    after = located.checkpoint
+    if plan.action == plan_core.QUARANTINE:
+        for p in located.pointers:
+            if _names(p, plan.source, plan.step):
+                result.warnings.append(
+                    f"the framework pointer file {p.file} still names {p.names!r}, now quarantined: "
+                    f"a resume that trusts it will fail or pick the wrong step; point it at "
+                    f"{plan.next_locate} (ckptctl never edits framework files)"
+                )
     after_name = after.name if after else None
     if after_name == plan.next_locate:
         result.locate = after.path if after else None
@@ -420,6 +451,12 @@ def _check_after(
         f"locate now returns {after_name or 'nothing'}, not {plan.next_locate} as planned: the run "
         "root changed while we worked (is a training job still writing to it?)"
     )
+
+
+def _names(pointer: PointerHint, name: str, step: int) -> bool:
+    """Does a framework 'latest' file name this checkpoint (by directory name or step)?"""
+    text = pointer.names.strip()
+    return text.rstrip("/").split("/")[-1] == name or (text.isdigit() and int(text) == step)
 
 
 def _path(url: str, name: str | None) -> str | None:
