@@ -91,7 +91,19 @@ WindowOpt = Annotated[
 KOpt = Annotated[
     float,
     typer.Option(
-        "--k", min=0, help="Tolerance in robust standard deviations (1.4826 x MAD) of the baseline."
+        "--k",
+        min=0,
+        help="Tolerance of a single point in robust standard deviations (1.4826 x MAD) of the "
+        "baseline; --persistence points in a row above it make a spike.",
+    ),
+]
+KMedianOpt = Annotated[
+    float,
+    typer.Option(
+        "--k-median",
+        min=0,
+        help="Tolerance of the median of the first N points, in the same units (lower than --k: "
+        "a median moves far less than one point).",
     ),
 ]
 MinRelTolOpt = Annotated[
@@ -130,6 +142,7 @@ def watch(
     steps: StepsOpt = _DEFAULTS.num_steps,
     window: WindowOpt = _DEFAULTS.window,
     k: KOpt = _DEFAULTS.k,
+    k_median: KMedianOpt = _DEFAULTS.k_median,
     min_rel_tol: MinRelTolOpt = _DEFAULTS.min_rel_tol,
     persistence: PersistenceOpt = _DEFAULTS.persistence,
     expect_identical: ExpectIdenticalOpt = False,
@@ -144,9 +157,11 @@ def watch(
         num_steps=steps,
         window=window,
         k=k,
+        k_median=k_median,
         min_rel_tol=min_rel_tol,
         persistence=min(persistence, steps),
         min_baseline_points=min(_DEFAULTS.min_baseline_points, window),
+        local_points=min(_DEFAULTS.local_points, window),
         expect_identical=expect_identical,
     )
     if follow and not json_output:

@@ -406,6 +406,8 @@ class WatchReport:
     notes: tuple[str, ...]
     num_points: int
     """Points of the selected rank read from the log (after de-duplication)."""
+    num_baseline_points: int
+    """Points of the selected rank read from the separate baseline (0 without one)."""
     num_segments: int
 
 
@@ -652,6 +654,7 @@ def analyze(
     findings: list[Finding] = []
     explanation: list[str] = []
     num_log_points = sum(1 for p in points if p.source == "log")
+    num_baseline_points = len(points) - num_log_points
     logged_steps = step_kind == "logged"
 
     if step_kind != "logged":
@@ -723,6 +726,7 @@ def analyze(
             explanation=tuple(explanation),
             notes=tuple(notes),
             num_points=num_log_points,
+            num_baseline_points=num_baseline_points,
             num_segments=len(segments),
         )
 
@@ -842,6 +846,7 @@ def analyze(
         explanation=tuple(explanation),
         notes=tuple(notes),
         num_points=num_log_points,
+        num_baseline_points=num_baseline_points,
         num_segments=len(segments),
     )
 

@@ -66,7 +66,6 @@ class WatchResult:
     baseline_format: str | None
     num_lines: int
     """Lines read from the log."""
-    num_baseline_points: int
     followed: bool
     timed_out: bool
     """The deadline ended reading before a decision."""
@@ -113,7 +112,7 @@ class WatchResult:
                 {
                     "path": self.baseline_path,
                     "format": self.baseline_format,
-                    "num_points": self.num_baseline_points,
+                    "num_points": r.num_baseline_points,
                 }
                 if self.baseline_path is not None
                 else None
@@ -207,7 +206,6 @@ class LossWatcher:
             log_format=self._session.log_format,
             baseline_format=self._session.baseline_format,
             num_lines=self._session.num_log_lines,
-            num_baseline_points=self._session.num_baseline_points,
             followed=False,
             timed_out=timed_out,
             config=self._session.config,
