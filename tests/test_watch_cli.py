@@ -415,3 +415,39 @@ def test_ops_errors_are_domain_errors() -> None:
         ops.LossWatcher(baseline_lines=["nothing here"])
     with pytest.raises(InputError, match="no training loss lines"):
         ops.watch_log("-", stdin=io.StringIO("hello\nworld\n"))
+
+
+# -- the real example trainer ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_trainer_crash_and_resume(tmp_path: Path) -> None:
+    """examples/train.py killed mid-run and resumed reproduces its losses bit for bit;
+    the same run restarted without its checkpoint is caught."""
+    pytest.importorskip("torch")
+    train = REPO / "examples" / "train.py"
+    if not train.exists():
+        pytest.skip("examples/train.py not present")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    common = [sys.executable, str(train), "--steps", "40", "--save-every", "10"]
+
+    def run(*args: str) -> str:
+        proc = subprocess.run(
+            [*common, *args], capture_output=True, text=True, env=env, timeout=300
+        )
+        return proc.stdout
+
+    crashed = run("--ckpt-root", str(tmp_path / "run"), "--crash-at-step", "35")
+    resumed = run("--ckpt-root", str(tmp_path / "run"), "--resume-from", "auto")
+    log = tmp_path / "train.log"
+    log.write_text(crashed + resumed)
+    result = watch(str(log), "--expect-identical", "--steps", "10", "--json")
+    doc = strict_json(result.stdout)
+    assert result.exit_code == 0 and doc["verdict"] == "continuous", doc["explanation"]
+    assert doc["resume_step"] == 30 and doc["resume_step_source"] == "log-marker"
+    assert doc["rerun"]["num_compared"] == 4 and doc["rerun"]["num_identical"] == 4  # steps 31..34
+
+    fresh = run("--ckpt-root", str(tmp_path / "other"))  # "resumed" with no state at all
+    log.write_text(crashed + fresh)
+    doc = strict_json(watch(str(log), "--json").stdout)
+    assert doc["verdict"] == "replayed-steps" and doc["first_resumed_step"] == 1
