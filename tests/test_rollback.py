@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ckptctl.adapters.runlock import HOLD_ENV
@@ -136,6 +137,8 @@ def test_rollback_and_undo_round_trip(run_root: Path) -> None:
     res = ops.undo(str(run_root), reason="false alarm")
     assert res.done and res.plan is not None
     assert (res.plan.source, res.plan.destination) == (qname, "step_30")
+    assert res.plan.source_status == "complete", "content judged as if unquarantined"
+    assert res.plan.next_locate == "step_30" and res.warnings == [], "prediction matched reality"
     assert res.locate == str(run_root / "step_30")
     assert located(run_root) == "step_30"
     recs = audit_records(run_root)
@@ -248,6 +251,34 @@ def test_a_leftover_quarantined_copy_is_harmless(run_root: Path) -> None:
     assert len(quarantined(run_root)) == 2
 
 
+def test_a_rename_that_fails_after_the_copy_is_logged_and_leaves_both_copies(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: the object-store rename dies between copy and delete."""
+    from ckptctl.adapters.storage import Storage
+    from ckptctl.errors import StorageError
+
+    def copy_then_die(self: Storage, src: str, dst: str) -> None:
+        shutil.copytree(src, dst)
+        raise StorageError(f"{src}: rename failed: connection reset")
+
+    original = by_original_name(snapshot(run_root))
+    with monkeypatch.context() as m:
+        m.setattr(Storage, "rename", copy_then_die)
+        with pytest.raises(StorageError, match=r"could not rename step_30 to step_30\.quarantined-"):
+            ops.rollback(str(run_root), reason="spike")
+    [rec] = audit_records(run_root)
+    assert rec["outcome"] == "failed" and "connection reset" in str(rec["error"])
+    assert located(run_root) == "step_30", "both copies exist; the quarantined one is never complete"
+    assert not (run_root / ".ckptctl" / "lock").exists(), "the lock is released on failure"
+    # rerunning finishes the job; the leftover copy stays (harmless) and is noted
+    res = ops.rollback(str(run_root), reason="spike")
+    assert res.done and located(run_root) == "step_20"
+    assert any("was quarantined before" in w for w in res.warnings)
+    assert [r["outcome"] for r in audit_records(run_root)] == ["failed", "done"]
+    assert set(by_original_name(snapshot(run_root))) == set(original)
+
+
 def test_undo_refuses_when_the_original_name_is_taken(run_root: Path) -> None:
     ops.rollback(str(run_root))
     shutil.copytree(run_root / "step_20", run_root / "step_30")  # training saved step 30 again
@@ -290,6 +321,21 @@ def test_undo_dry_run_changes_nothing(run_root: Path) -> None:
     code, out, err = cli("rollback", "--undo", "--dry-run", str(run_root))
     assert code == 0 and out == f"{run_root / 'step_30'}\n" and "dry run: nothing changed" in err
     assert snapshot(run_root) == before
+
+
+def test_rollback_path_never_imports_torch(run_root: Path) -> None:
+    code = (
+        "import sys\n"
+        "from ckptctl.cli.app import main\n"
+        "for argv in (['rollback', ROOT], ['rollback', '--undo', ROOT], ['audit', ROOT]):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code in (0, None), (argv, e.code)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    ).replace("ROOT", repr(str(run_root)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_missing_root_is_a_one_line_error(tmp_path: Path) -> None:
