@@ -21,7 +21,7 @@ For ``recover``: call ``rollback(root, held_lock=held)`` from inside your own
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -185,12 +185,7 @@ def _rollback_facts(
 
 
 def _with_status(c: Candidate, statuses: dict[str, str]) -> Candidate:
-    status = statuses.get(c.name, c.status)
-    if status == c.status:
-        return c
-    return Candidate(
-        name=c.name, step=c.step, is_temp=c.is_temp, is_quarantined=c.is_quarantined, status=status
-    )
+    return replace(c, status=statuses.get(c.name, c.status))
 
 
 def _undo_facts(
