@@ -161,9 +161,11 @@ def check_index(
         per_file[rel].append((item.offset, item.length, item.fqn))
         out.bytes_needed += item.length
         if item.chunk_offsets is not None and not item.transformed:
-            t = index.tensors.get(item.fqn)
-            itemsize = DTYPE_ITEMSIZE.get(t.dtype, 0) if t is not None else 0
-            chunk = next((c for c in t.chunks if c.offsets == item.chunk_offsets), None) if t else None
+            entry = index.tensors.get(item.fqn)
+            itemsize = DTYPE_ITEMSIZE.get(entry.dtype, 0) if entry is not None else 0
+            chunk = (
+                next((c for c in entry.chunks if c.offsets == item.chunk_offsets), None) if entry else None
+            )
             if chunk is not None and itemsize and item.length < chunk.numel * itemsize:
                 too_small.append(item.fqn)
     for rel in sorted(bad_paths):

@@ -542,8 +542,9 @@ def _deep_file(
                     record = rd.read_record(item.length)
                     if len(record) < item.length:
                         break  # truncated: reported by the quick check
+                    pieces: list[tuple[int, int, int]] = []
                     if item.transformed:
-                        findings, pieces = RecordFindings(), []
+                        findings = RecordFindings()
                     else:
                         findings, pieces = check_record(
                             record, extra_allowed=options.allowed_globals, crc32=fast_crc32
