@@ -468,3 +468,27 @@ def test_plan_capacity_rejects_bad_range() -> None:
 )
 def test_exit_code_for(returncode: int, interrupted_by: int | None, expected: int) -> None:
     assert exit_code_for(returncode, interrupted_by) == expected
+
+
+# -- the example and the reference stay in step with the dataclasses ------------------------------
+
+
+def test_example_config_parses() -> None:
+    from pathlib import Path
+
+    from ckptctl.ops.launch import load_config
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "ckptctl.yaml"
+    c = load_config(str(example))
+    assert c.launch.nnodes == "1:4" and c.recover.drain.kind == "slurm"
+    assert plan_launch(c, resume_from="/x/step_1").argv[-2:] == ("--resume-from", "/x/step_1")
+
+
+def test_docs_describe_every_config_key() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "launch.md").read_text()
+    for cls, prefix in ((LaunchConfig, ""), (RecoverConfig, ""), (DrainConfig, "drain."), (CkptctlConfig, "")):
+        for f in dataclasses.fields(cls):
+            if f.name not in ("source", "drain"):  # drain: its keys are rows of their own
+                assert f"| `{prefix}{f.name}` |" in text, f"docs/launch.md lacks {prefix}{f.name}"

@@ -460,6 +460,9 @@ class Supervisor:
                 start_new_session=True,
             )
         except OSError as e:
+            self._log_write(
+                f"# ckptctl launch: cannot start {json.dumps(list(self.argv))}: {e.strerror or e}\n".encode()
+            )
             raise LaunchError(
                 f"cannot start {self.argv[0]!r}: {e.strerror or e}",
                 hint="check launch.torchrun in ckptctl.yaml (the launcher command)",
