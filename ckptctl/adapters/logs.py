@@ -390,7 +390,8 @@ def _line_blocks(
         data = _read_fully(reader, block_bytes)
         if not data:
             if carry:
-                yield Block(carry)
+                # The last line has no newline: add it, so it reads like every other line.
+                yield Block(carry + b"\n")
             return
         buf = carry + data if carry else data
         cut = buf.rfind(b"\n")

@@ -347,6 +347,8 @@ class LineMatch:
     fields: Mapping[str, str]
     at: int
     """Character offset of the match in the line (keeps the evidence clip around it)."""
+    text: str
+    """The decoded line (ANSI colour codes removed)."""
 
 
 def _trie_pattern(words: Iterable[bytes]) -> bytes:
@@ -373,41 +375,118 @@ def _trie_pattern(words: Iterable[bytes]) -> bytes:
     return build(root)
 
 
+#: Shortest anchor cut from a keyword (shorter keywords are used whole).
+_MIN_ANCHOR_BYTES = 4
+
+
+def _byte_freq() -> dict[int, float]:
+    """Approximate share of each byte in text logs (numbers, English words, padding)."""
+    freq: dict[str, float] = {" ": 0.14, "e": 0.06, "t": 0.045}
+    for chars, share in (
+        ("aoinsr", 0.04), ("lcdumh", 0.025), ("pfgbwy", 0.015), ("kv", 0.007), ("xjqz", 0.003),
+        ("0123456789", 0.03), (".:/-_,", 0.02), ("[]()\"", 0.01), ("=", 0.008), ("|'", 0.004),
+        ("INFO", 0.01), ("ERATCS", 0.008), ("DGLMPUW", 0.004), ("X", 0.001),
+    ):
+        for c in chars:
+            freq[c] = share
+    return {ord(c): f for c, f in freq.items()}
+
+
+_BYTE_FREQ = _byte_freq()
+
+
+def _byte_cost(byte: int) -> float:
+    """Relative cost of a prefilter pass for anchors starting with ``byte``.
+
+    ``re`` finds a one-byte literal prefix with ``memchr`` and tries the alternation
+    at each occurrence: a pass keyed on a rare byte ("X", "K") runs near memory
+    speed, one on "e" or a space crawls. (Two-byte keys were tried: ``re`` scans
+    for them more slowly than ``memchr`` and they did not pay off.)
+    """
+    return 1.0 + 200.0 * _BYTE_FREQ.get(byte, 0.002)
+
+
+def plan_prefilter(keywords: Sequence[bytes]) -> dict[int, list[tuple[bytes, int]]]:
+    """Anchors grouped by first byte: few groups, on rare bytes (one pass per group).
+
+    Every occurrence of a keyword contains each of its suffixes, so a keyword can
+    be looked for by any suffix of at least ``_MIN_ANCHOR_BYTES`` (more candidate
+    lines, each verified later). A greedy set cover picks the first bytes that
+    anchor the most keywords per unit of cost. Returns ``{byte: [(anchor,
+    keyword index), ...]}``. Measured on the benchmark log (bench/bench_classify.py):
+    76 signatures need 11 passes, about 100 MB/s, where one pass per keyword's
+    own first byte needed 41 (15 MB/s).
+    """
+    options: list[dict[int, int]] = []
+    for kw in keywords:
+        need = min(len(kw), _MIN_ANCHOR_BYTES)
+        opts: dict[int, int] = {}
+        for i in range(len(kw) - need + 1):
+            opts.setdefault(kw[i], i)  # earliest position: the longest anchor
+        options.append(opts)
+    uncovered = set(range(len(keywords)))
+    chosen: set[int] = set()
+    while uncovered:
+        counts: dict[int, int] = {}
+        for i in uncovered:
+            for b in options[i]:
+                counts[b] = counts.get(b, 0) + 1
+        best = max(counts, key=lambda b: (counts[b] / _byte_cost(b), -b))
+        chosen.add(best)
+        uncovered = {i for i in uncovered if best not in options[i]}
+    groups: dict[int, list[tuple[bytes, int]]] = {}
+    for index, (kw, opts) in enumerate(zip(keywords, options, strict=True)):
+        b = min((b for b in opts if b in chosen), key=lambda b: (_byte_cost(b), opts[b]))
+        groups.setdefault(b, []).append((kw[opts[b] :], index))
+    return groups
+
+
 class Matcher:
     """Compiled form of an ordered catalog: a byte-level prefilter plus per-line matching.
 
     ``candidate_lines`` finds the lines of a block that contain any keyword. Python's
-    ``re`` only scans fast for a literal first byte, so keywords are grouped by their
-    first byte, one prefix-factored alternation per group, each run over the whole
-    block. ``match_line`` then tries, in catalog order, only the signatures whose
-    keywords occur in the line; the first that matches wins.
+    ``re`` scans fast only for a literal first byte (``memchr``), and each pass over
+    a block costs about as much as any other, so keywords are anchored on a few
+    rare bytes (``plan_prefilter``), one prefix-factored alternation per byte, each
+    run over the whole block. ``match_line`` then tries, in catalog order, only the
+    signatures whose keywords occur in the line; the first that matches wins.
     """
 
     def __init__(self, signatures: Sequence[Signature]) -> None:
         self.signatures = tuple(signatures)
         self._compiled = [re.compile(s.pattern) for s in self.signatures]
-        self._keywords: list[tuple[bytes, str, tuple[int, ...]]] = []
         by_keyword: dict[str, list[int]] = {}
-        self._always: list[int] = []
-        fallback_patterns: list[bytes] = []
+        self._always: tuple[int, ...] = tuple(
+            i for i, sig in enumerate(self.signatures) if not sig.keywords
+        )
         for i, sig in enumerate(self.signatures):
-            if not sig.keywords:
-                self._always.append(i)
-                try:
-                    fallback_patterns.append(re.compile(sig.pattern.encode()).pattern)
-                except (re.error, UnicodeEncodeError):
-                    # Unusable at byte level: every line must be a candidate.
-                    fallback_patterns.append(b"^")
-                continue
             for kw in sig.keywords:
                 by_keyword.setdefault(kw, []).append(i)
-        for kw, indices in by_keyword.items():
-            self._keywords.append((kw.encode(), kw, tuple(indices)))
-        groups: dict[int, list[bytes]] = {}
-        for kw_bytes, _, _ in self._keywords:
-            groups.setdefault(kw_bytes[0], []).append(kw_bytes)
-        self._prefilters = [re.compile(_trie_pattern(words)) for _, words in sorted(groups.items())]
-        self._prefilters.extend(re.compile(p, re.MULTILINE) for p in fallback_patterns)
+        keywords = list(by_keyword)
+        encoded = [kw.encode() for kw in keywords]
+        planned = plan_prefilter(encoded)
+        #: One pass per group: the anchor regex, and for each anchor it can match the
+        #: keywords to verify (those whose anchor is a prefix of it: the trie matches
+        #: the longest anchor at a position).
+        self._groups: list[tuple[re.Pattern[bytes], dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]]]] = []
+        for _, members in sorted(planned.items()):
+            regex = re.compile(_trie_pattern(anchor for anchor, _ in members))
+            verify: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {}
+            for anchor, _ in members:
+                verify[anchor] = tuple(
+                    (encoded[k], tuple(by_keyword[keywords[k]]))
+                    for other, k in members
+                    if anchor.startswith(other)
+                )
+            self._groups.append((regex, verify))
+        for i in self._always:
+            # A signature without keywords is its own (slow) prefilter.
+            try:
+                fallback = re.compile(self.signatures[i].pattern.encode(), re.MULTILINE)
+            except (re.error, UnicodeEncodeError):
+                fallback = re.compile(b"^", re.MULTILINE)  # unusable on bytes: every line
+            self._groups.append((fallback, {}))
+        self._all_groups = (1 << len(self._groups)) - 1
         self._xid_line = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
         self._xid_only = [
             sig.xid is not None and sig.pattern == XID_PATTERN_TEMPLATE.format(code=sig.xid)
@@ -416,35 +495,48 @@ class Matcher:
 
     @property
     def num_prefilter_passes(self) -> int:
-        return len(self._prefilters)
+        return len(self._groups)
 
-    def candidate_lines(self, block: bytes) -> list[int]:
-        """Sorted start offsets of the lines in ``block`` that contain a keyword."""
-        starts: set[int] = set()
+    def candidate_lines(self, block: bytes) -> list[tuple[int, int]]:
+        """``(start offset, group mask)`` of the lines in ``block`` holding a keyword, in order.
+
+        The mask says which prefilter groups hit the line, so ``match_line`` checks
+        only their keywords.
+        """
+        lines: dict[int, int] = {}
         rfind = block.rfind
         find = block.find
-        for rx in self._prefilters:
+        for bit, (rx, _) in enumerate(self._groups):
+            flag = 1 << bit
             search = rx.search
             m = search(block)
             while m is not None:
                 start = rfind(b"\n", 0, m.start()) + 1
-                starts.add(start)
+                lines[start] = lines.get(start, 0) | flag
                 end = find(b"\n", m.end())
                 if end == -1:
                     break
                 m = search(block, end + 1)
-        return sorted(starts)
+        return sorted(lines.items())
 
-    def match_line(self, text: str) -> LineMatch | None:
+    def match_line(self, text: str, groups: int | None = None) -> LineMatch | None:
         """The first signature (catalog order) matching this line, with its fields."""
-        indices: set[int] = set(self._always)
-        for _, kw, sig_indices in self._keywords:
-            if kw in text:
-                indices.update(sig_indices)
+        return self.match_bytes(text.encode("utf-8", errors="replace"), groups, text=text)
+
+    def match_bytes(
+        self, line: bytes, groups: int | None = None, *, text: str | None = None
+    ) -> LineMatch | None:
+        """``match_line`` on the raw bytes of a line; decodes only when a keyword is in it.
+
+        ``groups``: bit mask of the prefilter groups that hit the line (default: all).
+        """
+        indices = self._signatures_for(line, self._all_groups if groups is None else groups)
         if not indices:
             return None
+        if text is None:
+            text = strip_ansi(line.decode("utf-8", errors="replace"))
         xid_match: re.Match[str] | bool | None = False
-        for i in sorted(indices):
+        for i in indices:
             if self._xid_only[i]:
                 if xid_match is False:
                     xid_match = self._xid_line.search(text)
@@ -457,8 +549,26 @@ class Matcher:
                     continue
                 m = found
             fields = {k: v for k, v in m.groupdict().items() if v is not None}
-            return LineMatch(self.signatures[i], _with_prefix_fields(text, fields), m.start())
+            return LineMatch(self.signatures[i], _with_prefix_fields(text, fields), m.start(), text)
         return None
+
+    def _signatures_for(self, line: bytes, mask: int) -> list[int]:
+        """Catalog indices of the signatures whose keywords occur in ``line``, in order."""
+        indices: set[int] = set(self._always)
+        bit = 0
+        while mask:
+            if mask & 1:
+                rx, verify = self._groups[bit]
+                m = rx.search(line)
+                while m is not None:
+                    for kw, sig_indices in verify.get(m.group(), ()):
+                        if kw in line:
+                            indices.update(sig_indices)
+                    # Restart one byte on: anchors of a group may overlap.
+                    m = rx.search(line, m.start() + 1)
+            mask >>= 1
+            bit += 1
+        return sorted(indices)
 
 
 def _with_prefix_fields(text: str, fields: dict[str, str]) -> dict[str, str]:
@@ -609,31 +719,32 @@ class FileScanner:
         line_no = self.next_line if fixed_line is None else fixed_line
         pos = 0
         count = block.count
-        for start in self.matcher.candidate_lines(block):
+        for start, groups in self.matcher.candidate_lines(block):
             if fixed_line is None:
                 line_no += count(b"\n", pos, start)
                 pos = start
             end = block.find(b"\n", start)
-            if end == -1:
-                end = len(block)
+            # Keep the newline: keywords such as "Error\n" (a bare exception name that
+            # ends a traceback) include it.
+            end = len(block) if end == -1 else end + 1
             if end - start > MAX_MATCH_CHARS:
                 end = start + MAX_MATCH_CHARS
-            text = strip_ansi(block[start:end].decode("utf-8", errors="replace"))
-            event = self._event_for(text, line_no)
+            event = self._event_for(block[start:end], line_no, groups)
             if event is not None:
                 events.append(event)
         if fixed_line is None:
             newlines = count(b"\n")
             self.next_line += newlines
-            self.num_lines += newlines + (1 if block and not block.endswith(b"\n") else 0)
+            self.num_lines += newlines
         else:
             self.num_lines = max(self.num_lines, fixed_line)
         return events
 
-    def _event_for(self, text: str, line_no: int) -> Event | None:
-        match = self.matcher.match_line(text)
+    def _event_for(self, line: bytes, line_no: int, groups: int) -> Event | None:
+        match = self.matcher.match_bytes(line, groups)
         if match is None:
             return None
+        text = match.text
         self.num_matched_lines += 1
         sig = match.signature
         fields = dict(match.fields)
@@ -855,17 +966,16 @@ class _SafeFormat(dict[str, str]):
         return "?"
 
 
-def _fill(template: str, event: Event | None) -> str:
+def _fill(template: str, event: Event) -> str:
+    """Fill ``{host}``, ``{rank}``, ``{gpu}``, ... in a signature's action or settle text."""
     if not template:
         return ""
-    if event is None:
-        return template.replace("{", "{{").replace("}", "}}").format()
     values = _SafeFormat(
-        host=event.host or "the host that wrote " + event.file,
+        host=event.host or f"the host that wrote {event.file}",
         file=event.file,
         line=str(event.line),
-        rank="?" if event.rank is None else str(event.rank),
-        gpu=event.gpu or ("?" if event.gpu_index is None else f"GPU {event.gpu_index}"),
+        rank="the failed rank" if event.rank is None else f"rank {event.rank}",
+        gpu=event.gpu or ("the GPU" if event.gpu_index is None else f"GPU {event.gpu_index}"),
         signal=event.signal or "a signal",
         xid="?" if event.xid is None else str(event.xid),
     )
@@ -873,6 +983,14 @@ def _fill(template: str, event: Event | None) -> str:
         return template.format_map(values)
     except (ValueError, IndexError, AttributeError):
         return template
+
+
+def _most_informative(events: Iterable[Event]) -> Event:
+    """The sample that says the most: torchrun's first failure, then one naming host and rank."""
+    return min(
+        events,
+        key=lambda e: (not e.first_failure, e.host is None, e.rank is None, e.order),
+    )
 
 
 def _where(event: Event) -> str:
@@ -942,10 +1060,21 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
     reasons: list[str] = []
     confidence: Confidence = cast(Confidence, _confidence_name(win_strength[0]))
     strongest = [t for t in win_tallies if _strength(t.signature) == win_strength]
-    agreeing = {t.signature.id for t in win_tallies if _strength(t.signature)[0] >= 2}
-    if len(agreeing) >= 2 and confidence != "high":
+    # Corroboration: two different signatures of the winning category, at least
+    # medium confidence, naming the same host (or, in host-less logs, no host).
+    agreeing: dict[str | None, set[str]] = {}
+    for t in win_tallies:
+        if _strength(t.signature)[0] >= 2:
+            for h in t.hosts or (None,):
+                agreeing.setdefault(h, set()).add(t.signature.id)
+    corroborated = max(agreeing.items(), key=lambda kv: len(kv[1]), default=(None, set()))
+    if len(corroborated[1]) >= 2 and confidence != "high":
         confidence = _HIGHER_CONFIDENCE[confidence]
-        reasons.append(f"{len(agreeing)} different {winner} signatures agree")
+        reasons.append(
+            f"{len(corroborated[1])} different {winner} signatures agree"
+            + (f" on {corroborated[0]}" if corroborated[0] else "")
+            + f" ({', '.join(sorted(corroborated[1]))})"
+        )
     rivals = [c for c in ranked[1:] if best(by_category[c])[0] >= win_strength[0]]
     if rivals:
         confidence = _LOWER_CONFIDENCE[confidence]
@@ -980,17 +1109,22 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         hosts = _unique(h for t in drain_tallies for h in t.hosts)
         gpus = _unique_gpus(e for t in drain_tallies for e in t.samples)
         if drain_tallies and not hosts:
-            files = _unique(e.file for t in drain_tallies for e in t.samples)
-            settle.append(
-                "the hostname of the machine that wrote "
-                + ", ".join(files)
-                + ": its lines carry none (pass journalctl output, which prefixes it, "
-                "or name the file after the host, e.g. dmesg-<host>.log)"
-            )
-    suspect_hosts = tuple(
-        h for h in _unique([*(h for t in win_tallies for h in t.hosts), *suspects_from_symptoms])
-        if h not in hosts
-    ) if winner != "preemption" else ()
+            if root.signature.settle:
+                settle.append(_fill(root.signature.settle, root))
+            else:
+                files = _unique(e.file for t in drain_tallies for e in t.samples)
+                settle.append(
+                    "the hostname of the machine that wrote "
+                    + ", ".join(files)
+                    + ": its lines carry none (pass journalctl output, which prefixes it, "
+                    "or name the file after the host, e.g. dmesg-<host>.log)"
+                )
+    # Hosts named by infra causes that are not drained (weaker or fabric-wide evidence).
+    suspect_hosts = (
+        tuple(h for h in _unique(h for t in win_tallies for h in t.hosts) if h not in hosts)
+        if winner == "infra"
+        else ()
+    )
 
     root_sig = root.signature
     reasons.insert(
@@ -1009,9 +1143,10 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
     if confidence != "high" and root_sig.settle:
         settle.append(_fill(root_sig.settle, root))
     if rivals:
+        contenders = [root, *(by_category[c][0].samples[0] for c in rivals)]
         settle.append(
             "the timestamps of "
-            + " and ".join(f"{root.file}:{root.line}" for root in [root, *[by_category[c][0].samples[0] for c in rivals]])
+            + " and ".join(f"{e.file}:{e.line}" for e in contenders)
             + ": the earlier event is the root cause"
         )
 
@@ -1049,9 +1184,13 @@ def _unique(items: Iterable[str | None]) -> tuple[str, ...]:
 
 
 def _unique_gpus(events: Iterable[Event]) -> tuple[GpuRef, ...]:
+    """GPUs named by ``events``; a bare CUDA index is dropped when the same host's
+    GPU is also named by PCI bus id (the kernel's name is the one to act on)."""
+    events = list(events)
+    hosts_with_pci = {e.host for e in events if e.gpu is not None}
     seen: dict[tuple[str | None, str | None, int | None], GpuRef] = {}
     for e in events:
-        if e.gpu is None and e.gpu_index is None:
+        if e.gpu is None and (e.gpu_index is None or e.host in hosts_with_pci):
             continue
         key = (e.host, e.gpu, None if e.gpu else e.gpu_index)
         seen.setdefault(key, GpuRef(host=e.host, pci_bus_id=e.gpu, index=key[2]))
@@ -1073,8 +1212,8 @@ def _action(
             head += " and resume from the last complete checkpoint on healthy nodes."
         elif root.signature.drain:
             head = (
-                f"Drain the host that wrote {root.file} (its lines carry no hostname) and resume "
-                "from the last complete checkpoint on healthy nodes."
+                "Drain the failed host (the evidence does not name it: see what would settle it) "
+                "and resume from the last complete checkpoint on healthy nodes."
             )
         else:
             head = "Fix the infrastructure problem below, then resume from the last complete checkpoint."
@@ -1107,10 +1246,9 @@ def _unknown_verdict(
     suspects: tuple[str, ...],
 ) -> Verdict:
     settle: list[str] = []
-    for t in symptom_tallies:
+    for t in sorted(symptom_tallies, key=lambda t: not any(e.first_failure for e in t.samples)):
         if t.signature.settle:
-            first = min(t.samples, key=lambda e: (not e.first_failure, e.order))
-            settle.append(_fill(t.signature.settle, first))
+            settle.append(_fill(t.signature.settle, _most_informative(t.samples)))
     settle.extend(_GENERIC_SETTLE)
     if symptom_tallies:
         reasons = (
