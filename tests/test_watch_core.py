@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +34,7 @@ from ckptctl.core.watch import (
     WatchConfigError,
     WatchSession,
     analyze,
+    curvature_free_residuals,
     fit_trend,
     robust_spread,
     select_rank,
@@ -736,3 +738,28 @@ def test_a_curve_that_bends_inside_the_window_is_not_a_spike() -> None:
         assert (
             report.baseline is not None and report.baseline.local_level > report.baseline.line_level
         )
+
+
+@pytest.mark.parametrize(("first_step", "curved"), [(1, True), (200, False)])
+def test_spread_measures_noise_rather_than_curvature(first_step: int, curved: bool) -> None:
+    """Early in training a line through the window leaves the curvature in its
+    residuals; the parabola's residuals keep much less of it, and on a window that
+    is not curved they estimate the noise without bias."""
+    sd = 0.01
+    line_spreads, spreads = [], []
+    for seed in range(5):
+        rng = random.Random(seed)
+        steps = list(range(first_step, first_step + 100))
+        losses = [2.0 + 9.0 * (s + 30) ** -0.5 + rng.gauss(0, sd) for s in steps]
+        line = fit_trend(steps, losses)
+        line_spreads.append(
+            robust_spread([y - line.at(x) for x, y in zip(steps, losses, strict=True)])
+        )
+        residuals = curvature_free_residuals(steps, losses)
+        assert residuals is not None
+        spreads.append(robust_spread(residuals))
+    if curved:
+        assert min(line_spreads) > 4 * sd
+        assert max(s / ls for s, ls in zip(spreads, line_spreads, strict=True)) < 0.5
+    else:
+        assert statistics.mean(spreads) == pytest.approx(sd, rel=0.15)

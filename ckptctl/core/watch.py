@@ -32,18 +32,27 @@ What is judged
   ``replayed-steps`` and a jump beyond the gap tolerance is ``skipped-steps``.
   Steps logged before the crash but after R are simply re-run work, not replays.
 * NaN/Inf anywhere after the resume -> ``nan``.
-* The first N losses after the resume against the pre-failure trajectory: a
-  robust line (median of slopes between points half a window apart; Siegel-type,
-  robust to a quarter of outliers) through the last W finite pre-failure points
-  at or before the last judged step, and the spread of its residuals
-  (1.4826 * MAD, a standard deviation for Gaussian noise that ignores outliers).
-  Beyond the window the upper expectation is held at the window's last level
-  (a convex, decreasing loss curve lies above its extrapolated line, so
-  extrapolating would alarm on healthy runs). Tolerance
-  ``tol = max(k * spread, min_rel_tol * |level|, min_abs_tol)``. ``spike`` when
-  the median excess of the first N points is above ``tol`` (a level shift), or
-  when ``persistence`` consecutive points are (a transient spike); one noisy
-  point never alarms.
+* The first N losses after the resume against the pre-failure trajectory,
+  from the last W finite pre-failure points at or before the last judged step:
+
+  - expected level at each judged step: the larger of (a) a robust line through
+    the window (median of slopes between points half a window apart, Siegel-type,
+    robust to a quarter of outliers), held flat past the window's end, and (b) a
+    Theil-Sen line through the ``local_points`` pre-failure points nearest that
+    step, held flat past the last one. Holding flat instead of extrapolating and
+    taking the larger estimate are both deliberate: a convex, falling loss curve
+    lies above its extrapolated line, and a curve that bends inside the window
+    (a steep early descent that levels off) lies above the window's line near
+    its end; either would otherwise alarm on a healthy resume.
+  - spread: 1.4826 * MAD (a standard deviation for Gaussian noise that ignores
+    outliers) of the residuals around a resistant parabola through the medians of
+    the window's thirds (around the line for fewer than 9 points), so a curved
+    window does not pass its curvature off as noise.
+  - tolerances: ``max(k * spread, min_rel_tol * |level|, min_abs_tol)`` for single
+    points and the same with ``k_median`` for the median of the first N.
+    ``spike`` when the median excess of the first N points is above the median
+    tolerance (a level shift), or when ``persistence`` consecutive points exceed
+    the single-point tolerance (a transient spike); one noisy point never alarms.
 * Re-run steps (logged both before the crash and after the resume): a
   deterministic resume reproduces them; a median difference beyond ``tol`` in
   either direction is ``diverged`` (a drop is what replayed data looks like),
@@ -107,9 +116,10 @@ class WatchConfig:
     persistence: int = 3
     """Consecutive judged points above the threshold that make a spike (``--persistence``)."""
     local_points: int = 9
-    """Pre-failure points nearest each judged step whose median is a second expectation
-    next to the robust line, the larger one counting: a curve that bends inside the
-    baseline window (the end of a steep early descent) then does not read as a spike."""
+    """Pre-failure points nearest each judged step through which a local line gives a
+    second expectation next to the window's line, the larger one counting: a curve
+    that bends inside the window (a steep early descent levelling off) then does not
+    read as a spike."""
     min_baseline_points: int = 10
     """Fewer finite pre-failure points than this: no loss verdict (insufficient-data)."""
     gap_tolerance_intervals: float = 2.0
@@ -226,10 +236,11 @@ class BaselineStats:
     line_level: float
     """The robust line at the first judged step (held flat past the window's end)."""
     local_level: float
-    """Median of the pre-failure points nearest the first judged step."""
+    """Local robust line through the pre-failure points nearest the first judged step."""
     slope_per_step: float
     spread: float
-    """Robust standard deviation of the residuals: 1.4826 * MAD."""
+    """Robust standard deviation of the window's residuals (around a resistant parabola):
+    1.4826 * MAD."""
     log_interval: int
     """Steps between logged points (median)."""
     source: str
@@ -453,10 +464,53 @@ def fit_trend(steps: Sequence[int], losses: Sequence[float]) -> Trend:
 
 
 def local_level(steps: Sequence[int], losses: Sequence[float], step: int, num_points: int) -> float:
-    """Median of the ``num_points`` points nearest ``step`` (the last ones past the end)."""
+    """The loss near ``step`` from the ``num_points`` nearest points alone.
+
+    A Theil-Sen line through those points (median of their pairwise slopes), read
+    at ``step`` clamped to their range: it follows a bend that a line through the
+    whole window misses, without the lag of a plain median on a falling curve, and
+    it is held flat past the last point rather than extrapolated.
+    """
     i = bisect.bisect_left(steps, step)
     lo = max(0, min(i - num_points // 2, len(steps) - num_points))
-    return statistics.median(losses[lo : lo + num_points])
+    xs, ys = steps[lo : lo + num_points], losses[lo : lo + num_points]
+    slopes = [
+        (ys[b] - ys[a]) / (xs[b] - xs[a])
+        for a in range(len(xs))
+        for b in range(a + 1, len(xs))
+        if xs[b] != xs[a]
+    ]
+    slope = statistics.median(slopes) if slopes else 0.0
+    at = min(max(step, xs[0]), xs[-1])
+    return statistics.median(y + slope * (at - x) for x, y in zip(xs, ys, strict=True))
+
+
+def curvature_free_residuals(steps: Sequence[int], losses: Sequence[float]) -> list[float] | None:
+    """Residuals around a resistant parabola through the medians of the window's thirds.
+
+    Early in training the window is strongly curved: residuals around a straight
+    line then measure the curvature, not the noise, and inflate the tolerance.
+    None when the window is too short (< 9 points) for three groups.
+    """
+    n = len(steps)
+    if n < 9:
+        return None
+    third = n // 3
+    groups = ((0, third), (third, n - third), (n - third, n))
+    px = [statistics.median(steps[a:b]) for a, b in groups]
+    py = [statistics.median(losses[a:b]) for a, b in groups]
+    if len(set(px)) < 3:
+        return None
+
+    def parabola(x: float) -> float:
+        (x0, x1, x2), (y0, y1, y2) = px, py
+        return (
+            y0 * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2))
+            + y1 * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
+            + y2 * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1))
+        )
+
+    return [y - parabola(x) for x, y in zip(steps, losses, strict=True)]
 
 
 def robust_spread(residuals: Sequence[float]) -> float:
@@ -962,7 +1016,10 @@ def _judge_losses(
     xs = [p.step for p in window]
     ys = [p.loss for p in window]
     trend = fit_trend(xs, ys)
-    spread = robust_spread([y - trend.at(x) for x, y in zip(xs, ys, strict=True)])
+    residuals = curvature_free_residuals(xs, ys)
+    if residuals is None:
+        residuals = [y - trend.at(x) for x, y in zip(xs, ys, strict=True)]
+    spread = robust_spread(residuals)
 
     def expected(step: int) -> float:
         return max(trend.upper(step), local_level(xs, ys, step, cfg.local_points))
@@ -1156,8 +1213,8 @@ def _describe_losses(
     return [
         f"baseline: {b.num_points} pre-failure points, {unit}s {b.first_step}..{b.last_step} from "
         f"{source}; expected level {_fmt(b.level)} at {unit} {o.points[0].step} (the larger of the "
-        f"robust line {_fmt(b.line_level)}, slope {_signed(b.slope_per_step)}/{unit}, and the median "
-        f"of the {cfg.local_points} nearest points {_fmt(b.local_level)}); spread (1.4826 x MAD) "
+        f"robust line {_fmt(b.line_level)}, slope {_signed(b.slope_per_step)}/{unit}, and a local line "
+        f"through the {cfg.local_points} nearest points {_fmt(b.local_level)}); spread (1.4826 x MAD) "
         f"{_fmt(b.spread)}"
         + (f", logged every {b.log_interval} step(s)" if unit == "step" else ""),
         f"threshold: a point counts above level + {_fmt(t.tolerance)} = {_fmt(t.value)} "
