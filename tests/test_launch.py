@@ -285,6 +285,36 @@ def test_leftover_descendants_are_ended(tmp_path: Path) -> None:
     assert not is_alive(grandchild)
 
 
+def test_a_detached_daemon_holding_the_pipe_does_not_hang_ckptctl() -> None:
+    # Classic double fork: the daemon is re-parented to init at once and may escape
+    # the process table; it keeps the output pipe open. ckptctl must still return.
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        print(f'daemon={os.getpid()}', flush=True)\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+    )
+    lines: list[str] = []
+    t0 = time.monotonic()
+    result = Supervisor(
+        [sys.executable, "-c", code], on_output=lines.append, stop_grace_s=2, forward_signals=False
+    ).run()
+    daemon = int(next(x for x in lines if x.startswith("daemon=")).split("=")[1])
+    try:
+        assert time.monotonic() - t0 < 15
+        assert result.returncode == 0
+        # found through the pipe it holds, if not through the process table
+        assert result.orphans_killed == (daemon,)
+        assert not is_alive(daemon)
+    finally:
+        if is_alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+
+
 def test_a_broken_console_does_not_stop_the_job(tmp_path: Path) -> None:
     def broken(line: str) -> None:
         raise BrokenPipeError(32, "Broken pipe")

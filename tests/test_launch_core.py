@@ -492,3 +492,8 @@ def test_docs_describe_every_config_key() -> None:
         for f in dataclasses.fields(cls):
             if f.name not in ("source", "drain"):  # drain: its keys are rows of their own
                 assert f"| `{prefix}{f.name}` |" in text, f"docs/launch.md lacks {prefix}{f.name}"
+
+
+def test_lists_given_in_code_become_tuples() -> None:
+    la = dataclasses.replace(LaunchConfig(), exclude_hosts=["n1"], script_args=["--x"])  # type: ignore[arg-type]
+    assert la.exclude_hosts == ("n1",) and la.script_args == ("--x",)

@@ -244,13 +244,52 @@ class _JobTree:
 
     @staticmethod
     def _same(table: dict[int, _Proc], p: _Proc) -> bool:
-        now = table.get(p.pid)
-        return now is not None and now.start == p.start and not now.is_zombie
+        return _is_same_running(table, p)
 
     def alive(self) -> list[_Proc]:
         """Known descendants that are still running (zombies and reused pids excluded)."""
-        table = _process_table()
-        return [p for p in self.known.values() if self._same(table, p)]
+        return _still_running(list(self.known.values()))
+
+
+def _is_same_running(table: dict[int, _Proc], p: _Proc) -> bool:
+    now = table.get(p.pid)
+    return now is not None and now.start == p.start and not now.is_zombie
+
+
+def _still_running(procs: list[_Proc]) -> list[_Proc]:
+    table = _process_table()
+    return [p for p in procs if _is_same_running(table, p)]
+
+
+def _pipe_holders(read_fd: int) -> list[_Proc]:
+    """Processes holding the other end of the job's output pipe (Linux ``/proc``; else none).
+
+    Whoever holds it inherited it from the job, so it is part of the job -- even a
+    daemon that detached (double fork) too quickly for the process table to see it.
+    """
+    try:
+        target = f"pipe:[{os.fstat(read_fd).st_ino}]"
+    except OSError:
+        return []
+    if not os.path.isdir("/proc/self/fd"):
+        return []
+    me = os.getpid()
+    holders = []
+    for pid, p in _process_table().items():
+        if pid == me or p.is_zombie:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    holders.append(p)
+                    break
+            except OSError:
+                continue
+    return holders
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -492,10 +531,20 @@ class Supervisor:
             self._wait_blocking(proc)
             raise
         finally:
-            orphans = self._reap_leftovers(tree)
-            reader.join(timeout=2.0)
+            orphans = self._reap_leftovers(tree.alive)
+            reader.join(timeout=_EOF_WAIT_S)
+            if reader.is_alive():
+                # A process the table never saw (a daemon that detached between two
+                # looks) still holds the pipe: find it by the pipe itself.
+                holders = _pipe_holders(proc.stdout.fileno())
+                orphans += self._reap_leftovers(lambda: _still_running(holders))
+                reader.join(timeout=_EOF_WAIT_S)
             self._drain(lines)
-            proc.stdout.close()
+            if reader.is_alive():
+                # Closing the pipe under the blocked reader could hang; leave the daemon thread be.
+                self._notes.append("an unknown process still holds the job's output pipe; stopped reading")
+            else:
+                proc.stdout.close()
         ended = _utcnow()
         rc = proc.returncode
         assert rc is not None
@@ -573,9 +622,9 @@ class Supervisor:
             self._kill_everything()
             proc.wait()
 
-    def _reap_leftovers(self, tree: _JobTree) -> tuple[int, ...]:
-        """End descendants that outlived the child: SIGTERM, then SIGKILL after the grace."""
-        alive = tree.alive()
+    def _reap_leftovers(self, alive_now: Callable[[], list[_Proc]]) -> tuple[int, ...]:
+        """End job processes that outlived the child: SIGTERM, then SIGKILL after the grace."""
+        alive = alive_now()
         if not alive:
             return ()
         pids = tuple(sorted(p.pid for p in alive))
@@ -586,7 +635,7 @@ class Supervisor:
         deadline = time.monotonic() + (0 if self._kill_now else self.stop_grace_s)
         while alive and time.monotonic() < deadline and not self._kill_now:
             time.sleep(self.poll_s)
-            alive = tree.alive()
+            alive = alive_now()
         for p in alive:
             _signal_group(p.pgid, signal.SIGKILL)
             _signal_pid(p.pid, signal.SIGKILL)

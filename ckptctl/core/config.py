@@ -230,6 +230,12 @@ class LaunchConfig:
     """Seconds between the SIGTERM ckptctl forwards and SIGKILL of the whole job (torchrun and workers)."""
 
     def __post_init__(self) -> None:
+        # Lists given in code (``replace(launch, exclude_hosts=[...])``) become tuples,
+        # so the value stays immutable; everything else is checked as given.
+        for name in ("torchrun_args", "script_args", "torchrun", "hosts", "exclude_hosts"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
         _, max_nodes = parse_nnodes(self.nnodes)
         check_nproc_per_node(self.nproc_per_node)
         check_word(self.rdzv_backend, "launch.rdzv_backend")
