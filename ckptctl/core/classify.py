@@ -682,8 +682,8 @@ class _Record:
 
 
 #: How far below its last field a torchrun record still attributes lines
-#: (its ``traceback :`` field can hold a long Python traceback).
-_RECORD_REACH_LINES = 400
+#: (its ``traceback :`` field can hold a Python traceback of a few dozen lines).
+_RECORD_REACH_LINES = 100
 
 
 class FileScanner:
@@ -752,7 +752,13 @@ class FileScanner:
             self._observe_context(sig, fields, line_no)
             return None
         record = self._record
-        in_record = record is not None and line_no - record.last_line <= _RECORD_REACH_LINES
+        # A line belongs to the record above it if it is close and names no other
+        # rank ("[rank9]:..." after the table is rank 9's, not the record's).
+        in_record = (
+            record is not None
+            and line_no - record.last_line <= _RECORD_REACH_LINES
+            and fields.get("rank", record.fields.get("rank")) == record.fields.get("rank")
+        )
         if record is not None and in_record:
             for key in ("host", "rank", "local_rank", "exitcode"):
                 if key not in fields and key in record.fields:
