@@ -431,7 +431,9 @@ class Supervisor:
             self._log.flush()
         except (OSError, ValueError) as e:
             self._notes.append(f"writing the log {self.log_path} failed, log incomplete: {e}")
-            self._log = None
+            log, self._log = self._log, None
+            with contextlib.suppress(OSError, ValueError):
+                log.close()
 
     def _reader(self, pipe: IO[bytes], lines: queue.Queue[object]) -> None:
         try:
