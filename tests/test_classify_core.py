@@ -276,7 +276,7 @@ def test_candidate_lines_find_every_line_with_a_keyword() -> None:
             text = text[:at] + kw + text[at:]
         lines.append(text)
     block = ("\n".join(lines) + "\n").encode()
-    found = {start for start, _ in MATCHER.candidate_lines(block)}
+    found = {start for start, _, _ in MATCHER.candidate_lines(block)}
     offset = 0
     for text in lines:
         has_keyword = any(kw in text + "\n" for kw in keywords)

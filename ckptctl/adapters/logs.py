@@ -232,7 +232,7 @@ _HOST_IN_NAME = (
 _GENERIC_NAMES = re.compile(
     r"^(?:" + _KIND_WORDS + r"|stdout|stderr|output|console|err|out)(?:\.\d+)?(?:\.(?:log|txt|out|gz))*$"
 )
-_NOT_A_HOST = re.compile(r"^(?:rank|worker|slurm|job|train|run|attempt|log|logs|node)[-_]?\d*$", re.I)
+_NOT_A_HOST = re.compile(r"^(?:rank|worker|slurm|job|train|run|attempt|log|logs)[-_]?\d*$", re.I)
 
 
 def host_from_name(name: str) -> str | None:
@@ -337,27 +337,65 @@ def iter_blocks(
         try:
             raw = _open_raw(source, stack, stdin)
             counted = _CountingReader(raw, on_bytes)
-            head = _read_fully(counted, SNIFF_BYTES)
+            guard = _Guarded(counted, piece_bytes=block_bytes)
+            head = _read_fully(guard, SNIFF_BYTES)
             reader: Any
             if head.startswith(_GZIP_MAGIC):
-                unzipped = gzip.GzipFile(fileobj=_Peekable(head, counted), mode="rb")  # type: ignore[call-overload]
-                head = _read_fully(unzipped, SNIFF_BYTES)
-                reader = _Peekable(head, unzipped)
-            else:
-                reader = _Peekable(head, counted)
-            reason = _binary_reason(head)
-            if reason is not None:
-                raise InputError(f"{source.name}: {reason}; skipped")
-            if _looks_like_error_file(source.name, head):
-                yield from _error_file_blocks(source, reader)
-                return
-            yield from _line_blocks(reader, block_bytes, max_line_bytes, on_overlong_line)
+                unzipped = gzip.GzipFile(fileobj=_Peekable(head, guard), mode="rb")  # type: ignore[call-overload]
+                # Small pieces: a truncated stream loses at most one piece, not a block.
+                guard = _Guarded(unzipped, piece_bytes=64 << 10)
+                head = _read_fully(guard, SNIFF_BYTES)
+            reader = _Peekable(head, guard)
+            if guard.error is None or head:
+                reason = _binary_reason(head)
+                if reason is not None:
+                    raise InputError(f"{source.name}: {reason}; skipped")
+                if _looks_like_error_file(source.name, head):
+                    yield from _error_file_blocks(source, reader)
+                else:
+                    yield from _line_blocks(reader, block_bytes, max_line_bytes, on_overlong_line)
+            if guard.error is not None:
+                raise guard.error
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise InputError(f"{source.name}: corrupt or truncated gzip data ({e})") from e
         except CkptctlError:
             raise
         except OSError as e:
             raise _os_error(source, e) from e
+
+
+class _Guarded:
+    """A reader that turns a failure mid-stream into end-of-data, remembering the error.
+
+    Whatever was read before a truncated gzip member or an I/O error is still
+    classified; ``iter_blocks`` raises the error after the last good block.
+    """
+
+    def __init__(self, raw: Any, *, piece_bytes: int) -> None:
+        self._raw = raw
+        self._piece = piece_bytes
+        self.error: BaseException | None = None
+
+    def read(self, n: int = -1) -> bytes:
+        if self.error is not None:
+            return b""
+        if n < 0:
+            n = 1 << 62
+        chunks: list[bytes] = []
+        remaining = n
+        while remaining > 0:
+            try:
+                chunk = self._raw.read(min(remaining, self._piece))
+            except (EOFError, zlib.error, OSError) as e:
+                self.error = e
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+            if len(chunks) == 1 and len(chunk) == n:
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _os_error(source: LogSource, e: OSError) -> CkptctlError:

@@ -497,13 +497,14 @@ class Matcher:
     def num_prefilter_passes(self) -> int:
         return len(self._groups)
 
-    def candidate_lines(self, block: bytes) -> list[tuple[int, int]]:
-        """``(start offset, group mask)`` of the lines in ``block`` holding a keyword, in order.
+    def candidate_lines(self, block: bytes) -> list[tuple[int, int, int]]:
+        """``(line start, group mask, first hit)`` for each line of ``block`` holding a keyword.
 
-        The mask says which prefilter groups hit the line, so ``match_line`` checks
-        only their keywords.
+        In block order. The mask says which prefilter groups hit the line, so
+        ``match_bytes`` checks only their keywords; the offset of the first hit
+        keeps an overlong line's match window around a keyword.
         """
-        lines: dict[int, int] = {}
+        lines: dict[int, list[int]] = {}
         rfind = block.rfind
         find = block.find
         for bit, (rx, _) in enumerate(self._groups):
@@ -511,13 +512,19 @@ class Matcher:
             search = rx.search
             m = search(block)
             while m is not None:
-                start = rfind(b"\n", 0, m.start()) + 1
-                lines[start] = lines.get(start, 0) | flag
+                hit = m.start()
+                start = rfind(b"\n", 0, hit) + 1
+                seen = lines.get(start)
+                if seen is None:
+                    lines[start] = [flag, hit]
+                else:
+                    seen[0] |= flag
+                    seen[1] = min(seen[1], hit)
                 end = find(b"\n", m.end())
                 if end == -1:
                     break
                 m = search(block, end + 1)
-        return sorted(lines.items())
+        return [(start, v[0], v[1]) for start, v in sorted(lines.items())]
 
     def match_line(self, text: str, groups: int | None = None) -> LineMatch | None:
         """The first signature (catalog order) matching this line, with its fields."""
@@ -719,7 +726,7 @@ class FileScanner:
         line_no = self.next_line if fixed_line is None else fixed_line
         pos = 0
         count = block.count
-        for start, groups in self.matcher.candidate_lines(block):
+        for start, groups, hit in self.matcher.candidate_lines(block):
             if fixed_line is None:
                 line_no += count(b"\n", pos, start)
                 pos = start
@@ -728,7 +735,9 @@ class FileScanner:
             # ends a traceback) include it.
             end = len(block) if end == -1 else end + 1
             if end - start > MAX_MATCH_CHARS:
-                end = start + MAX_MATCH_CHARS
+                # An overlong line: match a window around its first keyword.
+                start = max(start, hit - MAX_MATCH_CHARS // 2)
+                end = min(end, start + MAX_MATCH_CHARS)
             event = self._event_for(block[start:end], line_no, groups)
             if event is not None:
                 events.append(event)
