@@ -41,13 +41,9 @@ def torchrun_cmd(nproc: int) -> list[str]:
 
 
 def _torch_version() -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
+    from importlib.metadata import version
+
+    return version("torch")
 
 
 def _golden(world_size: int) -> Path:
