@@ -84,6 +84,9 @@ _TORCHRUN_TAG_RE = re.compile(r"^\[([A-Za-z_]*?)(\d+)\]:\s?")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|infinity|Infinity)"
 
 _CKPTCTL_RE = re.compile(r"(?:^|\s)ckptctl-train\s+(?P<body>.*)$")
+_CK_STEP_RE = re.compile(r"(?:^|\s)step=(\d+)(?=\s|$)")
+_CK_LOSS_RE = re.compile(r"(?:^|\s)loss=(\S+)")
+_CK_RANK_RE = re.compile(r"(?:^|\s)rank=(\d+)(?=\s|$)")
 _KV_RE = re.compile(r"(?P<key>[A-Za-z_][\w/.-]*)=(?P<value>[^\s,]+)")
 _MEGATRON_RE = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|")
 _MEGATRON_LOSS_RE = re.compile(r"\|\s*lm loss:\s*(?P<loss>" + _NUMBER + r")\s*\|")
@@ -194,9 +197,10 @@ def _parse_int(text: str) -> int | None:
 
 def clean_line(raw: str) -> tuple[str, int | None]:
     """Strip ANSI codes and up to two torchrun tags; return (text, rank from the tag)."""
-    text = _ANSI_RE.sub("", raw).strip("\n")
+    text = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    text = text.strip("\n")
     rank: int | None = None
-    for _ in range(2):
+    for _ in range(2 if text.startswith("[") else 0):
         m = _TORCHRUN_TAG_RE.match(text)
         if m is None:
             break
@@ -215,18 +219,21 @@ class _Found:
 
 
 def _parse_ckptctl(text: str) -> _Found | None:
+    if "ckptctl-train" not in text:
+        return None
     m = _CKPTCTL_RE.search(text)
     if m is None:
         return None
-    fields = {kv.group("key"): kv.group("value") for kv in _KV_RE.finditer(m.group("body"))}
-    if "step" not in fields or "loss" not in fields:
+    body = m.group("body")
+    step_m = _CK_STEP_RE.search(body)
+    loss_m = _CK_LOSS_RE.search(body)
+    if step_m is None or loss_m is None:
         return None
-    step = _parse_int(fields["step"])
-    loss = parse_float(fields["loss"])
-    if step is None or loss is None:
+    loss = parse_float(loss_m.group(1))
+    if loss is None:
         return None
-    rank = _parse_int(fields["rank"]) if "rank" in fields else None
-    return _Found(step, loss, rank)
+    rank_m = _CK_RANK_RE.search(body)
+    return _Found(int(step_m.group(1)), loss, int(rank_m.group(1)) if rank_m else None)
 
 
 def _parse_megatron(text: str) -> _Found | None:
@@ -504,7 +511,19 @@ class LossLogParser:
         return _Found(step, loss, None, epoch)
 
 
+#: Substrings one of which every restore line contains: most lines skip the regexes.
+_MARKER_HINTS = (
+    "esum",
+    "Continuing training",
+    "Loading the checkpoint",
+    "loaded checkpoint",
+    "Restoring states",
+)
+
+
 def _match_marker(text: str, line_no: int) -> ResumeMarker | None:
+    if not any(hint in text for hint in _MARKER_HINTS):
+        return None
     for name, regex in _MARKERS:
         m = regex.search(text)
         if m is None:
