@@ -241,6 +241,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         ((str(LOGS / "ckptctl_resume_ok.log"), "--format", "csv"), 2, "--format"),
         ((str(LOGS / "ckptctl_resume_ok.log"), "--steps", "0"), 2, "--steps"),
+        (
+            (str(LOGS / "ckptctl_resume_ok.log"), "--steps", "4", "--persistence", "6"),
+            2,
+            "persistence",
+        ),
     ],
 )
 def test_errors(args: tuple[str, ...], code: int, needle: str) -> None:

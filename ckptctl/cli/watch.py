@@ -159,7 +159,10 @@ def watch(
         k=k,
         k_median=k_median,
         min_rel_tol=min_rel_tol,
-        persistence=min(persistence, steps),
+        # The default persistence shrinks with a short --steps; an explicit one must fit.
+        persistence=min(persistence, steps)
+        if persistence == _DEFAULTS.persistence
+        else persistence,
         min_baseline_points=min(_DEFAULTS.min_baseline_points, window),
         local_points=min(_DEFAULTS.local_points, window),
         expect_identical=expect_identical,
