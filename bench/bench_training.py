@@ -91,8 +91,9 @@ def stock_dcp_save(state: dict[str, Any], path: Path) -> float:
 
 
 def crc_from_memory(path: Path) -> float:
-    from ckptctl.adapters.fastcrc import crc32
+    from ckptctl.adapters import fastcrc
 
+    crc32 = fastcrc.crc32
     blobs = [p.read_bytes() for p in path.iterdir() if p.is_file()]
     t = time.perf_counter()
     for b in blobs:
@@ -210,11 +211,20 @@ def main() -> int:
     )
     ap.add_argument("--gap-s", type=float, default=0.2, help="idle time before each save")
     ap.add_argument("--tmpfs", action="store_true", help="also run on /dev/shm")
+    ap.add_argument("--crc", choices=("fastest", "zlib"), default="fastest", help="force the stdlib CRC-32")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     import torch
 
-    from ckptctl.adapters.fastcrc import CRC32_IMPLEMENTATION
+    from ckptctl.adapters import fastcrc
+    from ckptctl.training import _dcp_io
+
+    if args.crc == "zlib":
+        import zlib
+
+        fastcrc.crc32 = _dcp_io.fast_crc32 = zlib.crc32
+        fastcrc.CRC32_IMPLEMENTATION = "zlib"
+    CRC32_IMPLEMENTATION = fastcrc.CRC32_IMPLEMENTATION
 
     torch.set_num_threads(1)
     state = build_state(args.params_m)

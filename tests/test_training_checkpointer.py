@@ -351,3 +351,32 @@ def test_object_store_commit_marker_is_the_commit() -> None:
     result = ckpt.load_latest({"model": target})
     assert result is not None and result.step == 1
     assert torch.equal(target.weight, model.weight)
+
+
+def test_s3_save_commit_marker_and_resume(s3_bucket: str, s3_env: dict[str, str]) -> None:
+    """A real S3-compatible server (moto): DCP shards, manifest and marker go straight into
+    step_N/; a save that dies before the marker is never located; load_latest reads back."""
+    root = f"s3://{s3_bucket}/run"
+
+    def fail(p: str, step: int) -> None:
+        if p == "manifest_written" and step == 2:
+            raise RuntimeError("crash before the marker")
+
+    ckpt = Checkpointer(root, preemption_signals=None, on_save_phase=fail)
+    state = make_state()
+    ckpt.save(1, state, tokens_seen=8)
+    with pytest.raises(CheckpointSaveError):
+        ckpt.save(2, state)
+    report = verify_checkpoint(f"{root}/step_1", deep=True)
+    assert report.status == "complete", report.problems
+    assert verify_checkpoint(f"{root}/step_2").status != "complete"
+    located = find_latest_complete(root)
+    assert located.checkpoint is not None and located.checkpoint.step == 1
+    fresh = make_state(seed=5)
+    result = Checkpointer(root, preemption_signals=None).load_latest(fresh)
+    assert result is not None and result.step == 1 and result.tokens_seen == 8
+    for a, b in zip(fresh["model"].parameters(), state["model"].parameters(), strict=True):
+        assert torch.equal(a, b)
+    # saving step 2 again moves the uncommitted attempt aside first (never overwrites in place)
+    again = Checkpointer(root, preemption_signals=None).save(2, state).result()
+    assert verify_checkpoint(again.path, deep=True).status == "complete"
