@@ -1,9 +1,145 @@
-"""Placeholder until the `recover` command lands (registered by ckptctl.cli.app)."""
+"""`ckptctl recover`: classify -> drain -> locate -> verify -> resume -> watch -> fall back."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+from rich.markup import escape
+
+from ckptctl.cli import output as out
+from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt
+
+if TYPE_CHECKING:
+    from ckptctl.ops.recover import RecoveryReport
+
+
+def _render(report: RecoveryReport) -> None:
+    c = out.out()
+    style = {"recovered": "green", "dry-run": "cyan"}.get(report.outcome, "red")
+    c.print(f"RECOVERY REPORT  {escape(report.root)}")
+    c.print(f"outcome: [{style}]{report.outcome}[/] - {escape(report.reason)}")
+    if report.classify:
+        cl = report.classify
+        c.print(f"classify: {cl['category']} ({cl['confidence']} confidence): {escape(cl['action'])}")
+        rc = cl.get("root_cause")
+        if rc:
+            c.print(f"  root cause: {escape(str(rc.get('file')))}:{rc.get('line')}: {escape(str(rc.get('text'))[:160])}")
+        for s in cl.get("symptoms", [])[:3]:
+            c.print(f"  symptom:    {escape(str(s.get('file')))}:{s.get('line')}: {escape(str(s.get('text'))[:160])}")
+    if report.triage:
+        c.print(f"decision: {escape(report.triage.reason)}")
+    for d in report.drain:
+        state = "executed" if d.get("executed") else "NOT executed (--execute-drain runs it)"
+        c.print(f"drain: {escape(shlex.join(d['argv']))}  [{state}]")
+    if report.capacity:
+        c.print(f"capacity: {escape(report.capacity['reason'])}")
+    for s in report.skipped_checkpoints:
+        c.print(f"skipped: {escape(s['path'])} ({s['status']}): {escape('; '.join(s['problems'][:2]))}")
+    if report.checkpoint:
+        ck = report.checkpoint
+        c.print(f"checkpoint: {escape(ck['path'])} (step {ck['step']}, world size {ck['world_size']})")
+    if report.launch_plan and report.dry_run:
+        c.print("command: " + escape(shlex.join(report.launch_plan.get("argv", []))))
+    for a in report.attempts:
+        j = a.to_json()
+        c.print(
+            f"attempt {j['number']}: from step {j['checkpoint_step']}, exit {j['exit_code']}, "
+            f"loss watch {j['watch_verdict'] or '-'}, log {escape(str(j['log']))}"
+        )
+        c.print("  command: " + escape(shlex.join(j["argv"])))
+    for r in report.rollbacks:
+        plan = r.get("plan") or {}
+        c.print(f"rollback: {escape(str(plan.get('source')))} -> {escape(str(plan.get('destination')))}")
+    c.print("timeline:")
+    for t in report.timeline:
+        c.print(f"  {t.time}  {t.stage:<9} {escape(t.message)}")
+    for w in report.warnings:
+        c.print(f"[yellow]warning:[/] {escape(w)}")
+    if report.report_path:
+        c.print(f"report: {escape(report.report_path)}")
+
+
+def recover_cmd(
+    root: Annotated[
+        str | None, typer.Argument(help="Checkpoint run root (path or fsspec URL); default: run_root in the config.")
+    ] = None,
+    logs: Annotated[
+        list[str] | None,
+        typer.Option("--logs", "-l", help="A log to classify (file, dir, glob, URL, '-'). Repeatable."),
+    ] = None,
+    config_path: Annotated[str | None, typer.Option("--config", help="ckptctl.yaml (default ./ckptctl.yaml).")] = None,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Pre-failure training log for the loss watch (default: the --logs).")
+    ] = None,
+    signatures: Annotated[
+        list[str] | None, typer.Option("--signatures", help="Extra failure signature YAML. Repeatable.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Resume even after a job fault.")] = False,
+    execute_drain: Annotated[
+        bool, typer.Option("--execute-drain", help="Run the drain command (scontrol / kubectl) instead of only printing it.")
+    ] = False,
+    on_unknown: Annotated[
+        str, typer.Option("--on-unknown", help="When the cause is unknown: resume or stop.")
+    ] = "resume",
+    max_attempts: Annotated[
+        int | None, typer.Option("--max-attempts", min=1, help="Relaunches before giving up (default: config).")
+    ] = None,
+    deep: DeepOpt = False,
+    dry_run: DryRunOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Walk the RB-7 runbook: classify, drain, locate + verify, relaunch torchrun, watch the loss, fall back."""
+    from ckptctl.errors import UsageError
+    from ckptctl.ops.launch import load_config
+    from ckptctl.ops.recover import recover
+
+    if on_unknown not in ("resume", "stop"):
+        raise UsageError(f"--on-unknown must be 'resume' or 'stop', got {on_unknown!r}")
+    config = load_config(config_path)
+    run_root = root or config.run_root
+    if not run_root:
+        raise UsageError("no run root: pass ROOT or set run_root in ckptctl.yaml")
+
+    def on_event(stage: str, message: str) -> None:
+        out.info(f"[{stage}] {message}")
+
+    def on_output(line: str) -> None:
+        sys.stderr.write(line if line.endswith("\n") else line + "\n")
+        sys.stderr.flush()
+
+    report = recover(
+        run_root,
+        config=config,
+        logs=logs or [],
+        signature_files=signatures or [],
+        baseline_log=baseline,
+        force=force,
+        execute_drain=execute_drain,
+        on_unknown="stop" if on_unknown == "stop" else "resume",
+        deep=deep,
+        dry_run=dry_run,
+        max_attempts=max_attempts,
+        on_event=on_event,
+        on_output=on_output,
+    )
+    if json_:
+        out.emit_json(report.to_json())
+    else:
+        _render(report)
+    raise typer.Exit(report.exit_code)
+
+
+def runbook_cmd() -> None:
+    """Print RB-7, the checkpoint recovery runbook, written for ckptctl."""
+    from importlib import resources
+
+    text = resources.files("ckptctl").joinpath("runbooks/RB-7-checkpoint-recovery.md").read_text("utf-8")
+    out.print_line(text.rstrip("\n"))
 
 
 def register(app: typer.Typer) -> None:
-    """Add the command(s) of this module to the app."""
+    app.command("recover")(recover_cmd)
+    app.command("runbook")(runbook_cmd)

@@ -1,0 +1,192 @@
+"""RB-7 as decisions: what ``ckptctl recover`` does next, as pure functions on plain data.
+
+    Classify -> (infra) DrainNode -> Locate -> Verify -> Resume -> Watch -> Done
+       |  (job fault: stop, do not resume onto the same bug, unless --force)
+       |                      Verify --(missing/corrupt)--> Fallback -> Verify
+       |                                        Watch --(spike/replay/NaN)--> Fallback -> Resume
+       (preemption) ---------> Locate
+
+The ops layer carries out each decision (drain, launch, rename) and feeds what
+happened back in as plain data. Attempts are bounded, and the restart-loop guard
+stops a resume that fails the same way twice from the same checkpoint step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Category = Literal["infra", "job", "preemption", "unknown"]
+OnUnknown = Literal["resume", "stop"]
+DrainKind = Literal["slurm", "kubernetes", "none"]
+NextKind = Literal["done", "resume", "rollback-and-resume", "stop"]
+
+#: examples/train.py (and any trainer following ckptctl.training) exits 75 after an
+#: emergency checkpoint on SIGTERM: a preemption of the relaunched job.
+PREEMPTED_EXIT_CODE = 75
+
+#: Watch verdicts that mean the resume restored the wrong state: fall back one checkpoint.
+BAD_RESUME_VERDICTS = frozenset({"spike", "nan", "replayed-steps", "skipped-steps", "diverged"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TriageDecision:
+    """What the classification means for the recovery."""
+
+    proceed: bool
+    """Go on to locate and resume."""
+    drain_hosts: tuple[str, ...]
+    """Hosts to take out of the pool before resuming (infra faults only)."""
+    reason: str
+    forced: bool = False
+    """A job fault resumed anyway because of --force."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "proceed": self.proceed,
+            "drain_hosts": list(self.drain_hosts),
+            "reason": self.reason,
+            "forced": self.forced,
+        }
+
+
+def decide_triage(
+    category: Category | str,
+    hosts: Sequence[str],
+    *,
+    force: bool = False,
+    on_unknown: OnUnknown = "resume",
+) -> TriageDecision:
+    """Classify -> DrainNode / Locate / stop."""
+    if category == "job":
+        if force:
+            return TriageDecision(
+                proceed=True,
+                drain_hosts=(),
+                reason="job fault, resuming anyway because of --force (it may crash the same way)",
+                forced=True,
+            )
+        return TriageDecision(
+            proceed=False,
+            drain_hosts=(),
+            reason="job fault: resuming onto the same bug re-crashes; fix the job (or pass --force)",
+        )
+    if category == "infra":
+        if not hosts:
+            return TriageDecision(
+                proceed=True,
+                drain_hosts=(),
+                reason="infra fault but no culprit host named in the logs: nothing to drain; resuming",
+            )
+        return TriageDecision(
+            proceed=True,
+            drain_hosts=tuple(dict.fromkeys(hosts)),
+            reason=f"infra fault on {', '.join(dict.fromkeys(hosts))}: drain, then resume without it",
+        )
+    if category == "preemption":
+        return TriageDecision(proceed=True, drain_hosts=(), reason="preemption: just resume")
+    if on_unknown == "stop":
+        return TriageDecision(
+            proceed=False,
+            drain_hosts=(),
+            reason="cause unknown and --on-unknown stop: gather the logs classify asks for",
+        )
+    return TriageDecision(
+        proceed=True,
+        drain_hosts=(),
+        reason="cause unknown: resuming (the loss watch and the restart-loop guard stay on)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DrainCommand:
+    """One command that takes hosts out of the scheduler's pool."""
+
+    kind: DrainKind
+    hosts: tuple[str, ...]
+    argv: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "hosts": list(self.hosts), "argv": list(self.argv)}
+
+
+def plan_drain(hosts: Sequence[str], *, kind: DrainKind | str, reason: str) -> tuple[DrainCommand, ...]:
+    """The drain step for the culprit hosts: Slurm DRAIN or Kubernetes cordon."""
+    hosts = tuple(dict.fromkeys(h for h in hosts if h))
+    if not hosts or kind == "none":
+        return ()
+    if kind == "slurm":
+        return (
+            DrainCommand(
+                kind="slurm",
+                hosts=hosts,
+                argv=("scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}"),
+            ),
+        )
+    if kind == "kubernetes":
+        return tuple(DrainCommand(kind="kubernetes", hosts=(h,), argv=("kubectl", "cordon", h)) for h in hosts)
+    raise ValueError(f"unknown drain kind {kind!r} (slurm, kubernetes or none)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attempt:
+    """One relaunch and how it ended."""
+
+    number: int
+    checkpoint_step: int | None
+    checkpoint_path: str | None
+    exit_code: int | None
+    """The job's exit status (None if it never ran)."""
+    watch_verdict: str | None
+    """The loss watch's verdict, if it reached one."""
+    stopped_by_watch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NextAction:
+    kind: NextKind
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason}
+
+
+def decide_after_attempt(history: Sequence[Attempt], *, max_attempts: int) -> NextAction:
+    """Resume -> Watch -> Done / Fallback / Resume again / stop (bounded, loop-guarded)."""
+    if not history:
+        raise ValueError("no attempt to judge")
+    last = history[-1]
+    left = max_attempts - len(history)
+    if last.watch_verdict in BAD_RESUME_VERDICTS:
+        if left <= 0:
+            return NextAction("stop", f"loss watch said {last.watch_verdict} and no attempts are left ({max_attempts})")
+        return NextAction(
+            "rollback-and-resume",
+            f"loss watch said {last.watch_verdict} after resuming from step {last.checkpoint_step}: "
+            "quarantine that checkpoint and resume from the previous complete one",
+        )
+    if last.exit_code == 0:
+        return NextAction("done", "the resumed job finished successfully")
+    if len(history) >= 2:
+        prev = history[-2]
+        if (
+            prev.checkpoint_step == last.checkpoint_step
+            and prev.exit_code not in (0, None)
+            and last.exit_code not in (0, None)
+        ):
+            same = "the same way" if prev.exit_code == last.exit_code else "again"
+            return NextAction(
+                "stop",
+                f"restart loop: resuming from step {last.checkpoint_step} failed {same} twice "
+                f"(exit {prev.exit_code}, then {last.exit_code}); the checkpoint step does not advance",
+            )
+    if left <= 0:
+        return NextAction("stop", f"the job failed (exit {last.exit_code}) and no attempts are left ({max_attempts})")
+    if last.exit_code == PREEMPTED_EXIT_CODE:
+        return NextAction("resume", "the job was preempted again after an emergency checkpoint: resume")
+    return NextAction("resume", f"the job failed (exit {last.exit_code}): locate the newest complete checkpoint and resume")
+
+
+#: Exit codes of `ckptctl recover` by outcome (also in the README).
+OUTCOME_EXIT = {"recovered": 0, "dry-run": 0, "stopped": 3}
