@@ -443,3 +443,18 @@ def test_real_binary_with_a_pipe() -> None:
     assert proc.returncode == 10, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["hosts"] == ["gpu-node-17"] and doc["inputs"]["sources"][0] == "<stdin>"
+
+
+def test_worker_processes_give_the_same_answer() -> None:
+    sources = [str(LOGS / "xid79_multi_host"), str(LOGS / "cuda_oom"), str(LOGS / "error_file")]
+    # Small blocks: many of them, so the torchrun records and line numbers cross block edges.
+    whole = ops.classify_logs(sources).to_json()
+    serial = ops.classify_logs(sources, block_bytes=2048).to_json()
+    parallel = ops.classify_logs(sources, block_bytes=2048, jobs=2).to_json()
+    for doc in (whole, serial, parallel):
+        doc.pop("elapsed_s")
+    assert parallel["inputs"].pop("jobs") == 2 and serial["inputs"].pop("jobs") == 1
+    whole["inputs"].pop("jobs")
+    assert parallel == serial == whole
+    assert ops.auto_jobs(10 << 20) == 1 and ops.auto_jobs(None) == 1
+    assert 1 <= ops.auto_jobs(10 << 30) <= ops.MAX_AUTO_JOBS

@@ -41,6 +41,18 @@ SignaturesOpt = Annotated[
     ),
 ]
 
+JobsOpt = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        help="Worker processes that match the logs (the verdict does not depend on it). "
+        "Use several on a multi-core machine for multi-GB logs.",
+    ),
+]
+
 _STYLE = {"infra": "red", "job": "magenta", "preemption": "cyan", "unknown": "yellow"}
 _ROLE_LABEL = {"root_cause": "ROOT", "cause": "cause", "symptom": "symptom", "context": "context"}
 
@@ -52,6 +64,7 @@ def register(app: typer.Typer) -> None:
     def classify(
         logs: LogsArg,
         signatures: SignaturesOpt = None,
+        jobs: JobsOpt = 1,
         as_json: JsonOpt = False,
     ) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
@@ -61,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
         with out.byte_progress("reading logs") as bar:
             result = ops.classify_logs(
-                logs, extra_signature_files=signatures or [], progress=bar.advance
+                logs, extra_signature_files=signatures or [], progress=bar.advance, jobs=jobs
             )
         for s in result.skipped:
             out.warn(f"skipped {s.reason}" if s.reason.startswith(s.source) else f"skipped {s.source}: {s.reason}")

@@ -349,6 +349,8 @@ class LineMatch:
     """Character offset of the match in the line (keeps the evidence clip around it)."""
     text: str
     """The decoded line (ANSI colour codes removed)."""
+    index: int = -1
+    """Position of ``signature`` in the matcher's catalog."""
 
 
 def _trie_pattern(words: Iterable[bytes]) -> bytes:
@@ -556,8 +558,34 @@ class Matcher:
                     continue
                 m = found
             fields = {k: v for k, v in m.groupdict().items() if v is not None}
-            return LineMatch(self.signatures[i], _with_prefix_fields(text, fields), m.start(), text)
+            return LineMatch(self.signatures[i], _with_prefix_fields(text, fields), m.start(), text, i)
         return None
+
+    def scan_block(self, block: bytes) -> BlockScan:
+        """The matching lines of a block of whole lines, and its newline count.
+
+        Stateless and made of plain values, so worker processes can run it on
+        blocks of one file while the parent keeps the per-file state in order.
+        """
+        matches: list[RawMatch] = []
+        pos = 0
+        offset = 0
+        count = block.count
+        for start, groups, hit in self.candidate_lines(block):
+            offset += count(b"\n", pos, start)
+            pos = start
+            end = block.find(b"\n", start)
+            # Keep the newline: keywords such as "Error\n" (a bare exception name that
+            # ends a traceback) include it.
+            end = len(block) if end == -1 else end + 1
+            if end - start > MAX_MATCH_CHARS:
+                # An overlong line: match a window around its first keyword.
+                start = max(start, hit - MAX_MATCH_CHARS // 2)
+                end = min(end, start + MAX_MATCH_CHARS)
+            match = self.match_bytes(block[start:end], groups)
+            if match is not None:
+                matches.append((offset, match.index, dict(match.fields), clip_text(match.text, match.at)))
+        return matches, count(b"\n")
 
     def _signatures_for(self, line: bytes, mask: int) -> list[int]:
         """Catalog indices of the signatures whose keywords occur in ``line``, in order."""
@@ -576,6 +604,13 @@ class Matcher:
             mask >>= 1
             bit += 1
         return sorted(indices)
+
+
+#: One matching line of a block: (newlines before it in the block, signature index,
+#: fields, evidence text).
+RawMatch = tuple[int, int, dict[str, str], str]
+#: ``Matcher.scan_block``'s result: the matches and the block's newline count.
+BlockScan = tuple[list[RawMatch], int]
 
 
 def _with_prefix_fields(text: str, fields: dict[str, str]) -> dict[str, str]:
@@ -722,41 +757,26 @@ class FileScanner:
         ``fixed_line`` pins every line of the block to one line number (a JSON
         error file's message, which sits on one line of the file).
         """
+        return self.feed_scan(self.matcher.scan_block(block), fixed_line=fixed_line)
+
+    def feed_scan(self, scan: BlockScan, *, fixed_line: int | None = None) -> list[Event]:
+        """``feed`` for a block already matched by ``Matcher.scan_block`` (maybe elsewhere)."""
+        matches, newlines = scan
         events: list[Event] = []
-        line_no = self.next_line if fixed_line is None else fixed_line
-        pos = 0
-        count = block.count
-        for start, groups, hit in self.matcher.candidate_lines(block):
-            if fixed_line is None:
-                line_no += count(b"\n", pos, start)
-                pos = start
-            end = block.find(b"\n", start)
-            # Keep the newline: keywords such as "Error\n" (a bare exception name that
-            # ends a traceback) include it.
-            end = len(block) if end == -1 else end + 1
-            if end - start > MAX_MATCH_CHARS:
-                # An overlong line: match a window around its first keyword.
-                start = max(start, hit - MAX_MATCH_CHARS // 2)
-                end = min(end, start + MAX_MATCH_CHARS)
-            event = self._event_for(block[start:end], line_no, groups)
+        for offset, index, fields, text in matches:
+            line_no = self.next_line + offset if fixed_line is None else fixed_line
+            event = self._event_for(self.matcher.signatures[index], dict(fields), text, line_no)
             if event is not None:
                 events.append(event)
         if fixed_line is None:
-            newlines = count(b"\n")
             self.next_line += newlines
             self.num_lines += newlines
         else:
             self.num_lines = max(self.num_lines, fixed_line)
         return events
 
-    def _event_for(self, line: bytes, line_no: int, groups: int) -> Event | None:
-        match = self.matcher.match_bytes(line, groups)
-        if match is None:
-            return None
-        text = match.text
+    def _event_for(self, sig: Signature, fields: dict[str, str], text: str, line_no: int) -> Event | None:
         self.num_matched_lines += 1
-        sig = match.signature
-        fields = dict(match.fields)
         if sig.role == "context":
             self._observe_context(sig, fields, line_no)
             return None
@@ -783,7 +803,7 @@ class FileScanner:
             signature=sig,
             file=self.file,
             line=line_no,
-            text=clip_text(text, match.at),
+            text=text,
             host=host,
             host_source=host_source,
             gpu=normalize_pci(fields.get("gpu")),

@@ -14,7 +14,10 @@ be read is it an error (``InputError``, exit 1).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import IO, Any
@@ -59,8 +62,9 @@ def _yaml_load(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: not valid YAML: {e}") from e
 
 
+@functools.lru_cache(maxsize=1)
 def load_default_signatures() -> tuple[core.Signature, ...]:
-    """The catalog shipped in the package (``ckptctl/signatures/default.yaml``)."""
+    """The catalog shipped in the package (``ckptctl/signatures/default.yaml``); parsed once."""
     text = resources.files("ckptctl.signatures").joinpath(DEFAULT_CATALOG).read_text("utf-8")
     try:
         return core.parse_catalog(_yaml_load(text, DEFAULT_CATALOG), source=DEFAULT_CATALOG)
@@ -151,6 +155,8 @@ class ClassifyResult:
     signature_files: tuple[str, ...]
     num_signatures: int
     elapsed_s: float = 0.0
+    jobs: int = 1
+    """Processes that matched the input."""
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -234,6 +240,7 @@ class ClassifyResult:
                 "lines": self.num_lines,
                 "matched_lines": self.num_matched_lines,
                 "overlong_lines": self.num_overlong_lines,
+                "jobs": self.jobs,
             },
             "catalog": {
                 "signatures": self.num_signatures,
@@ -250,12 +257,96 @@ class ClassifyResult:
 # --------------------------------------------------------------------------------------
 
 
+#: Inputs at least this big are matched by worker processes (when ``jobs`` is auto).
+PARALLEL_MIN_BYTES = 64 << 20
+#: At most this many worker processes by default (matching is CPU-bound; more
+#: rarely pays on a shared login node).
+MAX_AUTO_JOBS = 8
+
+_worker_matcher: core.Matcher | None = None
+
+
+def _init_worker(signatures: tuple[core.Signature, ...]) -> None:
+    global _worker_matcher
+    _worker_matcher = core.Matcher(signatures)
+
+
+def _scan_in_worker(block: bytes) -> core.BlockScan:
+    assert _worker_matcher is not None, "worker not initialised"
+    return _worker_matcher.scan_block(block)
+
+
+def auto_jobs(total_bytes: int | None) -> int:
+    """Worker processes for ``total_bytes`` of input: 1 below ``PARALLEL_MIN_BYTES``."""
+    if total_bytes is None or total_bytes < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_JOBS))
+
+
+class _BlockMatcher:
+    """Matches blocks in order: here, or in worker processes with a bounded queue.
+
+    The per-file state (line numbers, torchrun records) stays in this process;
+    workers run only the stateless ``Matcher.scan_block``. At most ``2 x jobs``
+    blocks are in flight, so memory stays constant however big the input.
+    """
+
+    def __init__(self, matcher: core.Matcher, jobs: int) -> None:
+        self._matcher = matcher
+        self._jobs = jobs
+        self._pool: Any = None
+
+    def __enter__(self) -> _BlockMatcher:
+        if self._jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # forkserver where it exists: no fork() of a process that may run a
+            # progress-bar thread; workers import only the matcher.
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = ProcessPoolExecutor(
+                max_workers=self._jobs,
+                mp_context=multiprocessing.get_context(method),
+                initializer=_init_worker,
+                initargs=(self._matcher.signatures,),
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def scan(self, blocks: Iterator[logs.Block]) -> Iterator[tuple[core.BlockScan, int | None]]:
+        """``(scan, fixed_line)`` per block, in order. A read error is raised after the
+        blocks read before it (they still count)."""
+        if self._pool is None:
+            for block in blocks:
+                yield self._matcher.scan_block(block.data), block.fixed_line
+            return
+        pending: deque[tuple[Any, int | None]] = deque()
+        error: CkptctlError | None = None
+        try:
+            for block in blocks:
+                pending.append((self._pool.submit(_scan_in_worker, block.data), block.fixed_line))
+                while len(pending) > 2 * self._jobs:
+                    future, fixed = pending.popleft()
+                    yield future.result(), fixed
+        except CkptctlError as e:
+            error = e
+        while pending:
+            future, fixed = pending.popleft()
+            yield future.result(), fixed
+        if error is not None:
+            raise error
+
+
 def classify_logs(
     sources: Sequence[str],
     *,
     extra_signature_files: Sequence[str] = (),
     progress: ProgressFn | None = None,
     stdin: IO[bytes] | None = None,
+    jobs: int | None = 1,
     block_bytes: int = logs.DEFAULT_BLOCK_BYTES,
     max_line_bytes: int = logs.DEFAULT_MAX_LINE_BYTES,
 ) -> ClassifyResult:
@@ -264,8 +355,10 @@ def classify_logs(
     ``sources``: files, directories, globs, fsspec URLs, ``-`` for ``stdin``.
     ``extra_signature_files``: YAML catalogs whose signatures take precedence.
     ``progress`` is called with the number of bytes read as reading goes.
-    Raises ``UsageError`` (no sources), ``ConfigError`` (bad signature file),
-    ``InputError`` (nothing readable).
+    ``jobs``: worker processes that match blocks (1: all in this process; None:
+    one per CPU, up to 8, for inputs of 64 MB or more). The result does not depend on it.
+    Raises ``UsageError`` (no sources, bad ``jobs``), ``ConfigError`` (bad signature
+    file), ``InputError`` (nothing readable).
     """
     import time
 
@@ -273,10 +366,15 @@ def classify_logs(
         raise UsageError("no logs given", hint="ckptctl classify LOG [LOG...] (or - for stdin)")
     if list(sources).count(logs.STDIN) > 1:
         raise UsageError("'-' (stdin) given more than once")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
     started = time.perf_counter()
     signatures = load_catalog(extra_signature_files)
     matcher = core.Matcher(signatures)
     expanded, skipped = logs.expand_sources(list(sources))
+    if jobs is None:
+        sizes = [s.size_bytes for s in expanded]
+        jobs = auto_jobs(None if any(n is None for n in sizes) else sum(n or 0 for n in sizes))
     collector = core.EvidenceCollector(max_samples=max(20, MAX_EVIDENCE_PER_SIGNATURE))
     num_bytes = 0
     num_matched = 0
@@ -294,29 +392,31 @@ def classify_logs(
         nonlocal overlong
         overlong += 1
 
-    for index, source in enumerate(expanded):
-        scanner = core.FileScanner(
-            matcher, file=source.name, file_index=index, file_host=logs.host_from_name(source.name)
-        )
-        try:
-            for block in logs.iter_blocks(
+    with _BlockMatcher(matcher, jobs) as block_matcher:
+        for index, source in enumerate(expanded):
+            scanner = core.FileScanner(
+                matcher, file=source.name, file_index=index, file_host=logs.host_from_name(source.name)
+            )
+            blocks = logs.iter_blocks(
                 source,
                 block_bytes=block_bytes,
                 max_line_bytes=max_line_bytes,
                 stdin=stdin,
                 on_bytes=count_bytes,
                 on_overlong_line=count_overlong,
-            ):
-                for event in scanner.feed(block.data, fixed_line=block.fixed_line):
-                    collector.add(event)
-        except CkptctlError as e:
-            skipped.append(logs.Skipped(source=source.name, reason=e.message))
-            if scanner.num_lines == 0:
-                continue
-            warnings.append(f"{source.name}: read only its first {scanner.num_lines} lines")
-        num_matched += scanner.num_matched_lines
-        collector.add_file(scanner)
-        read_names.append(source.name)
+            )
+            try:
+                for scan, fixed_line in block_matcher.scan(blocks):
+                    for event in scanner.feed_scan(scan, fixed_line=fixed_line):
+                        collector.add(event)
+            except CkptctlError as e:
+                skipped.append(logs.Skipped(source=source.name, reason=e.message))
+                if scanner.num_lines == 0:
+                    continue
+                warnings.append(f"{source.name}: read only its first {scanner.num_lines} lines")
+            num_matched += scanner.num_matched_lines
+            collector.add_file(scanner)
+            read_names.append(source.name)
 
     if not read_names:
         reasons = "; ".join(f"{s.reason}" for s in skipped) or "no input"
@@ -342,5 +442,6 @@ def classify_logs(
         signature_files=tuple(extra_signature_files),
         num_signatures=len(signatures),
         elapsed_s=time.perf_counter() - started,
+        jobs=jobs,
         warnings=tuple(warnings),
     )
