@@ -8,9 +8,9 @@ only ~5 s of interpreter start and rendezvous per launch, which 20 launches on
 2 cores cannot afford. Each worker trains a ~6 MB DDP model and saves at every
 step, so most of its time is spent inside a save. Kill points:
 
-* 12 at a random time (both ranks at once, or one rank then the other), which
-  lands in the DCP write, the checksum gather, the manifest/marker writes or the
-  rename, wherever the clock says;
+* 12 at a random time, 0-0.6 s after the workers' first save committed (both ranks
+  at once, or one rank then the other), which lands in the DCP write, the checksum
+  gather, the manifest/marker writes or the rename, wherever the clock says;
 * 8 at a chosen phase boundary via ``on_save_phase`` (after the shards, after the
   manifest, after the commit marker), so each window is hit for certain.
 
@@ -84,10 +84,11 @@ def test_twenty_kills_during_saves_never_leave_a_located_incomplete_checkpoint(
         store = tmp_path / f"store-{i}"
         phase, kill_rank = kill if kill else (None, -1)
         kill_save = rng.randint(1, 3)
+        saving = ctx.Event()
         procs = [
             ctx.Process(
                 target=kill_point_worker,
-                args=(r, 2, str(store), str(root), start, phase, kill_rank, kill_save),
+                args=(r, 2, str(store), str(root), start, phase, kill_rank, kill_save, saving),
                 daemon=True,
             )
             for r in range(2)
@@ -95,7 +96,8 @@ def test_twenty_kills_during_saves_never_leave_a_located_incomplete_checkpoint(
         for p in procs:
             p.start()
         if phase is None:
-            time.sleep(rng.uniform(0.3, 1.5))
+            assert saving.wait(timeout=120), f"kill {i}: the workers never saved"
+            time.sleep(rng.uniform(0.0, 0.6))
             victims = procs if rng.random() < 0.5 else [procs[rng.randint(0, 1)]]
             for p in victims:
                 if p.pid is not None and p.is_alive():

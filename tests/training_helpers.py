@@ -17,6 +17,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "examples" / "train.py"
@@ -160,11 +161,14 @@ def kill_point_worker(
     kill_phase: str | None,
     kill_rank: int,
     kill_save: int,
+    saving: Any = None,
 ) -> None:
     """Train a small model and save every step until killed.
 
     ``kill_phase``: SIGKILL this process at that save phase of the ``kill_save``-th
-    save if this is ``kill_rank`` (None: wait for the parent's SIGKILL).
+    save if this is ``kill_rank`` (None: wait for the parent's SIGKILL). ``saving`` (an
+    Event) is set once the first save has committed, so the parent's clock starts when the
+    save loop is running, not while the process is still starting.
     """
     import torch
     import torch.distributed as dist
@@ -203,3 +207,5 @@ def kill_point_worker(
         step += 1
         ckpt.save(step, state)
         saves += 1
+        if saving is not None and saves == 1:
+            saving.set()
