@@ -20,7 +20,6 @@ returns either. See ``docs/training.md`` for the whole contract.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import platform
@@ -36,7 +35,6 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
 import ckptctl
 from ckptctl.adapters.storage import STORAGE_OPTIONS_ENV, Storage
@@ -51,8 +49,15 @@ from ckptctl.core.manifest import (
 )
 from ckptctl.core.names import quarantine_name
 from ckptctl.core.retention import RetentionPolicy
+from ckptctl.errors import NotFoundError
 from ckptctl.training import _dcp_io
+from ckptctl.training import _state_dict as _sd
 from ckptctl.training._dist import Coordinator, is_distributed, new_cpu_group
+from ckptctl.training._state_dict import (
+    PER_RANK_KEY_FMT,
+    PROGRESS_KEY,
+    RNG_KEY_FMT,
+)
 from ckptctl.training.errors import (
     CheckpointLoadError,
     CheckpointSaveError,
@@ -62,7 +67,7 @@ from ckptctl.training.errors import (
 )
 from ckptctl.training.preemption import PreemptedExit, PreemptionWatcher, signal_name
 from ckptctl.training.retention import RetentionResult, apply_retention, record_event
-from ckptctl.training.state import PerRank, capture_rng_state, restore_rng_state
+from ckptctl.training.state import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ckptctl.training")
 
@@ -81,12 +86,6 @@ def _quiet_no_dist() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
         yield
 
-
-#: Keys the checkpointer adds to every checkpoint; user state may not use the prefix.
-RESERVED_PREFIX = "ckptctl"
-PROGRESS_KEY = "ckptctl.progress"
-RNG_KEY_FMT = "ckptctl.rng.rank{rank}"
-PER_RANK_KEY_FMT = "{key}.rank{rank}"
 
 #: Phases reported to ``on_save_phase`` (fault injection, tracing), in order.
 #: ``shards_written`` runs on every rank; the others on rank 0 only.
@@ -153,95 +152,6 @@ class LoadResult:
     notes: tuple[str, ...] = ()
     """State that could not be restored exactly (e.g. RNG of ranks that no longer exist)."""
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Split:
-    """The user's state dict, sorted by how each entry is saved."""
-
-    model_key: str | None = None
-    model: Any = None
-    optim_key: str | None = None
-    optimizer: Any = None
-    stateful: dict[str, Any] = field(default_factory=dict)
-    per_rank: dict[str, PerRank] = field(default_factory=dict)
-    plain: dict[str, Any] = field(default_factory=dict)
-
-
-def _split_state(state: Mapping[str, Any]) -> _Split:
-    split = _Split()
-    for key, value in state.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"state keys must be non-empty strings, got {key!r}")
-        if key.split(".", 1)[0] == RESERVED_PREFIX:
-            raise ValueError(
-                f"state key {key!r}: the prefix {RESERVED_PREFIX!r} is reserved for ckptctl"
-            )
-        if isinstance(value, torch.nn.Module):
-            if split.model is not None:
-                raise ValueError(
-                    f"state has two models ({split.model_key!r}, {key!r}); pass one module (wrap several in an nn.ModuleDict)"
-                )
-            split.model_key, split.model = key, value
-        elif isinstance(value, torch.optim.Optimizer):
-            if split.optimizer is not None:
-                raise ValueError(
-                    f"state has two optimizers ({split.optim_key!r}, {key!r}); pass one"
-                )
-            split.optim_key, split.optimizer = key, value
-        elif isinstance(value, PerRank):
-            split.per_rank[key] = value
-        elif hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
-            split.stateful[key] = value
-        else:
-            split.plain[key] = value
-    if split.optimizer is not None and split.model is None:
-        raise ValueError(
-            f"state has an optimizer ({split.optim_key!r}) but no nn.Module to map its parameters"
-        )
-    return split
-
-
-def _model_optim_state(split: _Split) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
-
-    out: dict[str, Any] = {}
-    if split.model is None:
-        return out
-    if split.optimizer is not None:
-        msd, osd = get_state_dict(split.model, split.optimizer)
-        out[str(split.optim_key)] = osd
-    else:
-        msd = get_model_state_dict(split.model)
-    out[str(split.model_key)] = msd
-    return out
-
-
-def _flatten_leaves(obj: Any, prefix: str, out: list[tuple[str, Any]]) -> None:
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            _flatten_leaves(v, f"{prefix}.{k}", out)
-    elif isinstance(obj, list) and any(isinstance(v, (Mapping, list, torch.Tensor)) for v in obj):
-        for i, v in enumerate(obj):
-            _flatten_leaves(v, f"{prefix}.{i}", out)
-    else:
-        out.append((prefix, obj))
-
-
-def _digest_replicated(sd: Mapping[str, Any], keys: Sequence[str]) -> dict[str, str]:
-    """Per top-level key, a digest of the non-tensor values (and tensor shapes) that must agree across ranks."""
-    digests: dict[str, str] = {}
-    for key in keys:
-        leaves: list[tuple[str, Any]] = []
-        _flatten_leaves(sd[key], key, leaves)
-        h = hashlib.sha1(usedforsecurity=False)
-        for name, value in leaves:
-            if isinstance(value, torch.Tensor):
-                h.update(f"{name}=tensor{tuple(value.shape)}{value.dtype};".encode())
-            else:
-                h.update(f"{name}={value!r};".encode())
-        digests[key] = h.hexdigest()
-    return digests
 
 
 def _storage_options(extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -509,7 +419,7 @@ class Checkpointer:
             )
             return SaveHandle(step, self._last_committed_path, done)
 
-        split = _split_state(state)
+        split = _sd.split_state(state)
         sd = self._collect(split, step, tokens_seen, samples_seen)
         self._check_state(sd, split)
 
@@ -552,9 +462,9 @@ class Checkpointer:
         return SaveHandle(step, self._storage.url(final_path), done)
 
     def _collect(
-        self, split: _Split, step: int, tokens_seen: int | None, samples_seen: int | None
+        self, split: _sd.Split, step: int, tokens_seen: int | None, samples_seen: int | None
     ) -> dict[str, Any]:
-        sd: dict[str, Any] = _model_optim_state(split)
+        sd: dict[str, Any] = _sd.model_optim_state(split)
         for key, obj in split.stateful.items():
             sd[key] = obj.state_dict()
         for key, wrapped in split.per_rank.items():
@@ -566,17 +476,17 @@ class Checkpointer:
             sd[RNG_KEY_FMT.format(rank=self.rank)] = capture_rng_state()
         return sd
 
-    def _check_state(self, sd: dict[str, Any], split: _Split) -> None:
+    def _check_state(self, sd: dict[str, Any], split: _sd.Split) -> None:
         """Refuse state that would not load safely, or replicated state that differs across ranks."""
         leaves: list[tuple[str, Any]] = []
         for key, value in sd.items():
-            _flatten_leaves(value, key, leaves)
+            _sd.flatten_leaves(value, key, leaves)
         for name, value in leaves:
             if not isinstance(value, torch.Tensor):
                 _dcp_io.check_loads_safely(value, name)
         replicated = sorted([*split.stateful, *split.plain])
         if self.world_size > 1 and replicated:
-            mine = _digest_replicated(sd, replicated)
+            mine = _sd.digest_replicated(sd, replicated)
             everyone = self._coord.all_gather_json(mine)
             differing = sorted(k for k in replicated if len({d.get(k) for d in everyone}) > 1)
             if differing:
@@ -854,7 +764,7 @@ class Checkpointer:
                         "error": None,
                     }
                 except Exception as e:
-                    if type(e).__name__ == "NotFoundError":
+                    if isinstance(e, NotFoundError):
                         info = {
                             "path": None,
                             "step": None,
@@ -889,7 +799,7 @@ class Checkpointer:
             if problem is None:
                 try:
                     return self._load_verified(path, state, skipped=tuple(skipped))
-                except _StateMismatch:
+                except _sd.StateMismatch:
                     raise
                 except (CheckpointLoadError, UnsafeCheckpointError) as e:
                     problem = e.message
@@ -934,7 +844,7 @@ class Checkpointer:
             manifest_bytes = storage.read_bytes(Storage.join(cpath, MANIFEST_NAME))
         except Exception as e:
             manifest_bytes = None
-            missing = type(e).__name__ == "NotFoundError"
+            missing = isinstance(e, NotFoundError)
             if not missing:
                 problems.append(f"cannot read {MANIFEST_NAME}: {e}")
         if manifest_bytes is None and not problems:
@@ -989,7 +899,7 @@ class Checkpointer:
         try:
             manifest = parse_manifest(storage.read_bytes(Storage.join(cpath, MANIFEST_NAME)))
         except Exception as e:
-            if type(e).__name__ != "NotFoundError":
+            if not isinstance(e, NotFoundError):
                 raise CheckpointLoadError(f"{path}: unreadable {MANIFEST_NAME}: {e}") from e
         try:
             md_bytes = storage.read_bytes(Storage.join(cpath, _dcp_io.METADATA_NAME))
@@ -997,10 +907,10 @@ class Checkpointer:
             raise CheckpointLoadError(f"{path}: cannot read {_dcp_io.METADATA_NAME}: {e}") from e
         metadata = _dcp_io.parse_metadata_bytes(md_bytes, path)
 
-        split = _split_state(state)
+        split = _sd.split_state(state)
         template = self._collect(split, 0, None, None)
         notes: list[str] = []
-        saved_keys = _top_level_keys(metadata)
+        saved_keys = _sd.top_level_keys(metadata)
         for key in list(template):
             if key in saved_keys:
                 continue
@@ -1015,19 +925,19 @@ class Checkpointer:
         for key in split.plain:
             # Plain values come back as saved, whatever the caller passed as a placeholder.
             if key in saved_keys:
-                template[key] = _template_from_metadata(metadata, key)
+                template[key] = _sd.template_from_metadata(metadata, key)
         missing = sorted(
-            k for k in template if k not in saved_keys and not _is_empty_state(template[k])
+            k for k in template if k not in saved_keys and not _sd.is_empty_state(template[k])
         )
         for key in [k for k in template if k not in saved_keys]:
             del template[key]  # empty containers: DCP saved nothing for them
         if missing:
-            raise _StateMismatch(
+            raise _sd.StateMismatch(
                 f"{path}: the checkpoint has no {', '.join(repr(k) for k in missing)} "
                 f"(it holds {', '.join(sorted(saved_keys))})",
                 hint="the state dict passed to load must name the same entries as the one saved",
             )
-        _check_shapes(template, metadata, path)
+        _sd.check_shapes(template, metadata, path)
 
         try:
             reader = _dcp_io.make_reader(
@@ -1076,7 +986,7 @@ class Checkpointer:
             extra=dict(manifest.extra) if manifest else {},
         )
 
-    def _apply(self, split: _Split, loaded: dict[str, Any], state: Mapping[str, Any]) -> None:
+    def _apply(self, split: _sd.Split, loaded: dict[str, Any], state: Mapping[str, Any]) -> None:
         if split.model is not None:
             from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
@@ -1104,10 +1014,6 @@ class Checkpointer:
                 state[key] = loaded[key]
 
 
-class _StateMismatch(CheckpointLoadError):
-    """The state passed to load does not match the checkpoint (a caller error, never a fallback)."""
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _SaveJob:
     step: int
@@ -1118,63 +1024,6 @@ class _SaveJob:
     extra: dict[str, Any]
     emergency: bool
     token: str
-
-
-def _top_level_keys(metadata: Metadata) -> set[str]:
-    """Top-level state keys present in a checkpoint (from DCP's planner data, else the flattened FQNs)."""
-    keys: set[str] = set()
-    planner_data = getattr(metadata, "planner_data", None) or {}
-    for fqn in metadata.state_dict_metadata:
-        path = planner_data.get(fqn)
-        keys.add(str(path[0]) if isinstance(path, tuple) and path else fqn.split(".", 1)[0])
-    return keys
-
-
-def _is_empty_state(value: Any) -> bool:
-    leaves: list[tuple[str, Any]] = []
-    _flatten_leaves(value, "", leaves)
-    return all(isinstance(v, (Mapping, list)) and not v for _, v in leaves)
-
-
-def _template_from_metadata(metadata: Metadata, key: str) -> Any:
-    """The structure saved under top-level ``key``, with empty tensors and None placeholders."""
-    from torch.distributed.checkpoint._traverse import set_element
-
-    holder: dict[str, Any] = {}
-    planner_data = getattr(metadata, "planner_data", None) or {}
-    for fqn, md in metadata.state_dict_metadata.items():
-        path = planner_data.get(fqn) or (fqn,)
-        if str(path[0]) != key:
-            continue
-        value = (
-            torch.empty(md.size, dtype=md.properties.dtype)
-            if isinstance(md, TensorStorageMetadata)
-            else None
-        )
-        set_element(holder, path, value)
-    return holder.get(key)
-
-
-def _check_shapes(template: dict[str, Any], metadata: Metadata, path: str) -> None:
-    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
-
-    flat, _ = flatten_state_dict(template)
-    bad = []
-    for fqn, value in flat.items():
-        md = metadata.state_dict_metadata.get(fqn)
-        if md is None:
-            bad.append(f"{fqn} (not in checkpoint)")
-        elif isinstance(value, torch.Tensor):
-            if not isinstance(md, TensorStorageMetadata):
-                bad.append(f"{fqn} (a tensor here, not in the checkpoint)")
-            elif tuple(md.size) != tuple(value.shape):
-                bad.append(f"{fqn} (shape {tuple(value.shape)} here, {tuple(md.size)} saved)")
-    if bad:
-        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise _StateMismatch(
-            f"{path}: the state does not match the checkpoint: {shown}",
-            hint="build the same model/optimizer as the run that saved it",
-        )
 
 
 __all__ = [
