@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 LogsArg = Annotated[
     list[str],
     typer.Argument(
-        metavar="LOG...",
+        metavar="LOG",
         help="Log files, directories (read recursively), globs, fsspec URLs (s3://...), "
         "or - for stdin; .gz is decompressed. Kernel logs (dmesg, journalctl), rank stderr, "
         "torchrun output, NCCL logs, Slurm and Kubernetes output, torchelastic error.json.",
@@ -42,14 +42,15 @@ SignaturesOpt = Annotated[
 ]
 
 JobsOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--jobs",
         "-j",
         min=1,
         metavar="N",
         help="Worker processes that match the logs (the verdict does not depend on it). "
-        "Use several on a multi-core machine for multi-GB logs.",
+        "Default: one per CPU, up to 8, for 64 MB of logs or more; else 1.",
+        show_default=False,
     ),
 ]
 
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
     def classify(
         logs: LogsArg,
         signatures: SignaturesOpt = None,
-        jobs: JobsOpt = 1,
+        jobs: JobsOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
@@ -107,7 +108,9 @@ def _evidence_line(e: Event, label: str) -> None:
         f"  [bold]{label:<7}[/] {escape(e.file)}:{e.line}  [dim]{escape(e.signature.id)}[/]"
         + (f"  {escape(where)}" if where else "")
     )
-    console.print(f"          {escape(e.text)}", highlight=False)
+    # ASCII only (it gets pasted into tickets): non-ASCII bytes of the log as escapes.
+    text = e.text.encode("ascii", "backslashreplace").decode("ascii")
+    console.print(f"          {escape(text)}", highlight=False)
 
 
 def _render(result: ClassifyResult) -> None:

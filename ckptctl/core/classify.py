@@ -438,7 +438,9 @@ def plan_prefilter(keywords: Sequence[bytes]) -> dict[int, list[tuple[bytes, int
         uncovered = {i for i in uncovered if best not in options[i]}
     groups: dict[int, list[tuple[bytes, int]]] = {}
     for index, (kw, opts) in enumerate(zip(keywords, options, strict=True)):
-        b = min((b for b in opts if b in chosen), key=lambda b: (_byte_cost(b), opts[b]))
+        # The passes are chosen; the longest anchor among them is the most specific
+        # (fewer lines to verify) and costs the pass little more.
+        b = min((b for b in opts if b in chosen), key=lambda b: (opts[b], _byte_cost(b)))
         groups.setdefault(b, []).append((kw[opts[b] :], index))
     return groups
 

@@ -346,7 +346,7 @@ def classify_logs(
     extra_signature_files: Sequence[str] = (),
     progress: ProgressFn | None = None,
     stdin: IO[bytes] | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = None,
     block_bytes: int = logs.DEFAULT_BLOCK_BYTES,
     max_line_bytes: int = logs.DEFAULT_MAX_LINE_BYTES,
 ) -> ClassifyResult:
