@@ -209,3 +209,79 @@ def kill_point_worker(
         saves += 1
         if saving is not None and saves == 1:
             saving.set()
+
+
+# -- small 2-rank scenarios (forked from a forkserver with torch preloaded) -----------------------
+
+
+class Counter:
+    """A per-rank stateful object (like a StatefulDataLoader's iterator position)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict[str, int]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.value = int(state["value"])
+
+
+def multirank_worker(
+    rank: int, world: int, store_path: str, root: str, scenario: str, results: Any
+) -> None:
+    """Run one scenario on ``world`` gloo ranks; put ``(rank, outcome)`` on ``results``."""
+    import random
+
+    import torch
+    import torch.distributed as dist
+
+    from ckptctl.training import Checkpointer, PerRank
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
+    )
+    try:
+        model = torch.nn.Linear(4, 4)
+        ckpt = Checkpointer(root, preemption_signals=None)
+        if scenario == "replicated-differs":
+            try:
+                ckpt.save(1, {"model": model, "extra": {"rank": rank}})
+                outcome = "saved"
+            except Exception as e:
+                outcome = f"{type(e).__name__}: {e}"
+        elif scenario == "unsafe-on-one-rank":
+            import numpy as np
+
+            value = np.zeros(2) if rank == 1 else 0
+            try:
+                ckpt.save(1, {"model": model, "loader": PerRank(_Holder(value))})
+                outcome = "saved"
+            except Exception as e:
+                outcome = f"{type(e).__name__}: {e}"
+        elif scenario == "per-rank-round-trip":
+            random.seed(100 + rank)
+            ckpt.save(1, {"model": model, "loader": PerRank(Counter(10 + rank))})
+            expected = random.random()
+            random.seed(0)
+            counter = Counter(-1)
+            result = ckpt.load(f"{root}/step_1", {"model": model, "loader": PerRank(counter)})
+            outcome = f"counter={counter.value} rng_ok={random.random() == expected} notes={list(result.notes)}"
+        else:
+            raise ValueError(scenario)
+        ckpt.close()
+        results.put((rank, outcome))
+    finally:
+        dist.destroy_process_group()
+
+
+class _Holder:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]

@@ -64,6 +64,7 @@ from ckptctl.training.errors import (
     IncompleteCheckpointError,
     NoCompleteCheckpointError,
     UnsafeCheckpointError,
+    UnsafeStateError,
 )
 from ckptctl.training.preemption import PreemptedExit, PreemptionWatcher, signal_name
 from ckptctl.training.retention import RetentionResult, apply_retention, record_event
@@ -477,24 +478,46 @@ class Checkpointer:
         return sd
 
     def _check_state(self, sd: dict[str, Any], split: _sd.Split) -> None:
-        """Refuse state that would not load safely, or replicated state that differs across ranks."""
+        """Refuse state that would not load safely, or replicated state that differs across ranks.
+
+        One collective carries both answers, so every rank raises together: a rank that
+        refused on its own would leave the others waiting in the save's first collective.
+        """
+        unsafe: UnsafeStateError | None = None
         leaves: list[tuple[str, Any]] = []
         for key, value in sd.items():
             _sd.flatten_leaves(value, key, leaves)
-        for name, value in leaves:
-            if not isinstance(value, torch.Tensor):
-                _dcp_io.check_loads_safely(value, name)
+        try:
+            for name, value in leaves:
+                if not isinstance(value, torch.Tensor):
+                    _dcp_io.check_loads_safely(value, name)
+        except UnsafeStateError as e:
+            unsafe = e
         replicated = sorted([*split.stateful, *split.plain])
-        if self.world_size > 1 and replicated:
-            mine = _sd.digest_replicated(sd, replicated)
-            everyone = self._coord.all_gather_json(mine)
-            differing = sorted(k for k in replicated if len({d.get(k) for d in everyone}) > 1)
-            if differing:
-                raise CheckpointSaveError(
-                    f"state {', '.join(repr(k) for k in differing)} differs across ranks; DCP would keep "
-                    "only one rank's copy",
-                    hint="wrap per-rank state in ckptctl.training.PerRank(...)",
-                )
+        if self.world_size == 1:
+            if unsafe is not None:
+                raise unsafe
+            return
+        mine = {
+            "unsafe": unsafe.message if unsafe else None,
+            "digests": _sd.digest_replicated(sd, replicated),
+        }
+        everyone = self._coord.all_gather_json(mine)
+        if unsafe is not None:
+            raise unsafe
+        others = [(r, d["unsafe"]) for r, d in enumerate(everyone) if d["unsafe"]]
+        if others:
+            rank, message = others[0]
+            raise UnsafeStateError(f"rank {rank}: {message}")
+        differing = sorted(
+            k for k in replicated if len({d["digests"].get(k) for d in everyone}) > 1
+        )
+        if differing:
+            raise CheckpointSaveError(
+                f"state {', '.join(repr(k) for k in differing)} differs across ranks; DCP would keep "
+                "only one rank's copy",
+                hint="wrap per-rank state in ckptctl.training.PerRank(...)",
+            )
 
     def _stage(self, sd: dict[str, Any]) -> dict[str, Any]:
         """A host-memory copy of ``sd`` that training may not touch (reused buffers across saves)."""
