@@ -456,5 +456,6 @@ def test_worker_processes_give_the_same_answer() -> None:
     assert parallel["inputs"].pop("jobs") == 2 and serial["inputs"].pop("jobs") == 1
     whole["inputs"].pop("jobs")
     assert parallel == serial == whole
-    assert ops.auto_jobs(10 << 20) == 1 and ops.auto_jobs(None) == 1
-    assert 1 <= ops.auto_jobs(10 << 30) <= ops.MAX_AUTO_JOBS
+    assert ops.auto_jobs(10 << 20, 16) == 1 and ops.auto_jobs(None, 16) == 1
+    assert ops.auto_jobs(10 << 30, 2) == 1 and ops.auto_jobs(10 << 30, 4) == 3
+    assert ops.auto_jobs(10 << 30, 64) == ops.MAX_AUTO_JOBS

@@ -49,7 +49,7 @@ JobsOpt = Annotated[
         min=1,
         metavar="N",
         help="Worker processes that match the logs (the verdict does not depend on it). "
-        "Default: one per CPU, up to 8, for 64 MB of logs or more; else 1.",
+        "Default: 1, or one per CPU but one (up to 8) for 64 MB of logs or more on 4+ CPUs.",
         show_default=False,
     ),
 ]

@@ -864,6 +864,8 @@ class SignatureTally:
     """Distinct hosts (``hosts`` may be truncated)."""
     samples: tuple[Event, ...]
     """The first events, in input order (bounded)."""
+    num_ranks: int = 0
+    """Distinct ranks named (counted up to the collector's bound)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -890,6 +892,7 @@ class EvidenceCollector:
         self._samples: dict[str, list[Event]] = {}
         self._hosts: dict[str, dict[str, None]] = {}
         self._unattributed_ranks: dict[str, set[int]] = {}
+        self._ranks: dict[str, set[int]] = {}
         self._signatures: dict[str, Signature] = {}
         self.rank_hosts: dict[int, str] = {}
         self.num_files = 0
@@ -902,6 +905,10 @@ class EvidenceCollector:
         samples = self._samples.setdefault(sid, [])
         if len(samples) < self.max_samples:
             samples.append(event)
+        if event.rank is not None:
+            ranks = self._ranks.setdefault(sid, set())
+            if len(ranks) < self.max_hosts:
+                ranks.add(event.rank)
         if event.host is not None:
             hosts = self._hosts.setdefault(sid, {})
             if len(hosts) < self.max_hosts:
@@ -936,6 +943,7 @@ class EvidenceCollector:
                     hosts=tuple(sorted(hosts)),
                     num_hosts=len(hosts),
                     samples=samples,
+                    num_ranks=len(self._ranks.get(sid, ())),
                 )
             )
         tallies.sort(key=lambda t: t.samples[0].order if t.samples else 0)
@@ -1069,7 +1077,8 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
     symptoms = tuple(e for t in symptom_tallies for e in t.samples[:max_samples])
     symptom_reasons = tuple(
         f"{_plural(t.count, 'line')} of {_label(t.signature)}"
-        + (f" on {_plural(t.num_hosts, 'host')}" if t.num_hosts else "")
+        + (f" from {_plural(t.num_ranks, 'rank')}" if t.num_ranks > 1 else "")
+        + (f" on {_plural(t.num_hosts, 'known host')}" if t.num_hosts else "")
         + " (a consequence, not a cause)"
         for t in symptom_tallies
     )
