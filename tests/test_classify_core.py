@@ -144,7 +144,7 @@ def test_user_signatures_take_precedence_and_replace_by_id() -> None:
     assert xid is not None and xid.signature.category == "infra"
     io = matcher.match_line("OSError: [Errno 5] Input/output error\n")
     assert io is not None and io.signature.id == "flaky-fs"
-    assert MATCHER.match_line("OSError: [Errno 5] Input/output error\n").signature.id == "python-exception"  # type: ignore[union-attr]
+    assert MATCHER.match_line("OSError: [Errno 5] Input/output error\n").signature.id == "storage-unreachable"  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------------------
@@ -234,6 +234,8 @@ QUIET = [
     "[W114 03:12:44.000 ProcessGroupNCCL.cpp:4115] Warning: TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0",
     "INFO: preemption handler installed (SIGTERM -> checkpoint and exit)",
     "eval | loss 1.93 | inference took 12.1 s",
+    "[inductor] cache: 12 entries evicted (LRU)",
+    "Jan 14 03:12:44 gpu-node-3 kubelet[2211]: eviction manager: attempting to reclaim memory",
 ]
 
 
