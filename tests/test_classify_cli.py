@@ -459,3 +459,10 @@ def test_worker_processes_give_the_same_answer() -> None:
     assert ops.auto_jobs(10 << 20, 16) == 1 and ops.auto_jobs(None, 16) == 1
     assert ops.auto_jobs(10 << 30, 2) == 1 and ops.auto_jobs(10 << 30, 4) == 3
     assert ops.auto_jobs(10 << 30, 64) == ops.MAX_AUTO_JOBS
+
+
+def test_json_logs_that_are_not_error_files_are_read_as_logs(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text('{"message": "step 10", "loss": 2.3}\n' + XID79_LINE)
+    code, doc, _ = classify_json(str(metrics))
+    assert code == 10 and doc["root_cause"]["line"] == 2

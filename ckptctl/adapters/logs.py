@@ -477,9 +477,8 @@ def _error_file_blocks(source: LogSource, reader: Any) -> Iterator[Block]:
         except ValueError:
             doc = None
         text = _error_file_text(doc)
-    if not text:
-        yield Block(data)
-        yield from _line_blocks(reader, DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, None)
+    if not text:  # not an error file after all: an ordinary log that happens to be JSON
+        yield from _line_blocks(_Peekable(data, reader), DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, None)
         return
     yield Block(text.encode("utf-8"), fixed_line=1)
 

@@ -76,7 +76,8 @@ SIGNATURE_KEYS = frozenset(
 CATALOG_KEYS = frozenset({"version", "signatures"})
 CATALOG_VERSION = 1
 
-#: Longest piece of one line that is matched (the adapter splits longer lines).
+#: Longest piece of one line that is matched: a longer line is matched in a window
+#: of this size around its first keyword.
 MAX_MATCH_CHARS = 64 * 1024
 #: Longest evidence text kept per event (the rest is elided in the middle).
 MAX_EVIDENCE_CHARS = 400
@@ -1251,10 +1252,11 @@ def _action(
         if hosts:
             gpu_text = ", ".join(
                 f"{g.host + ' ' if g.host and len(hosts) > 1 else ''}"
-                + (g.pci_bus_id if g.pci_bus_id else f"GPU {g.index}")
+                + (g.pci_bus_id if g.pci_bus_id else f"cuda:{g.index}")
                 for g in gpus
             )
-            head = f"Drain {', '.join(hosts)}" + (f" (GPU {gpu_text})" if gpu_text else "")
+            label = "GPU" if len(gpus) == 1 else "GPUs"
+            head = f"Drain {', '.join(hosts)}" + (f" ({label} {gpu_text})" if gpu_text else "")
             head += " and resume from the last complete checkpoint on healthy nodes."
         elif root.signature.drain:
             head = (
