@@ -561,3 +561,9 @@ def test_signature_templates_fill_known_fields() -> None:
         c.Evidence(tallies=(c.SignatureTally(signature=sig, count=1, hosts=(), num_hosts=0, samples=(e,)),), rank_hosts={})
     )
     assert v.what_would_settle_it[0] == "log of the host that wrote f for the failed rank (the GPU, ?, ?)"
+
+
+def test_root_cause_prefers_a_line_that_names_its_host() -> None:
+    v = decide(ev("slurm-node-failure", None, file="sacct.txt"), ev("slurm-node-failure", "gpu-node-07", file="slurm.out"))
+    assert v.root_cause is not None and v.root_cause.host == "gpu-node-07"
+    assert "nodename=gpu-node-07" in v.action

@@ -1032,7 +1032,7 @@ def _fill(template: str, event: Event) -> str:
 
 
 def _most_informative(events: Iterable[Event]) -> Event:
-    """The sample that says the most: torchrun's first failure, then one naming host and rank."""
+    """The sample that says the most: torchrun's first failure, then one naming its host and rank."""
     return min(
         events,
         key=lambda e: (not e.first_failure, e.host is None, e.rank is None, e.order),
@@ -1131,11 +1131,13 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
             + " cause as confident as the winner; compare their timestamps"
         )
 
+    # Among equals: torchrun's first observed failure, then a line that names its
+    # host (the one to act on), then the earliest.
     root_tally = min(
         strongest,
-        key=lambda t: (not any(e.first_failure for e in t.samples), t.samples[0].order),
+        key=lambda t: (not any(e.first_failure for e in t.samples), not t.hosts, t.samples[0].order),
     )
-    root = min(root_tally.samples, key=lambda e: (not e.first_failure, e.order))
+    root = min(root_tally.samples, key=lambda e: (not e.first_failure, e.host is None, e.order))
     causes = (root, *[
         e
         for t in sorted(win_tallies, key=lambda t: (_strength(t.signature), -t.samples[0].order), reverse=True)
