@@ -411,3 +411,10 @@ def test_crc_of_pieces_matches_plain_crc() -> None:
             pieces.append((start, length, zlib.crc32(buf[start : start + length])))
             pos = start + length
         assert crc32_of_pieces(buf, pieces, zlib.crc32, min_piece_bytes=rng.choice([1, 1000, 1 << 16])) == zlib.crc32(buf)
+
+
+def test_file_url_is_the_same_as_a_path(run_root: Path) -> None:
+    (run_root / "step_30" / ".metadata").unlink()
+    loc = find_latest_complete(f"file://{run_root}")
+    assert loc.checkpoint is not None and loc.checkpoint.name == "step_20"
+    assert loc.checkpoint.path == str(run_root / "step_20")
