@@ -5,8 +5,8 @@ real ``torch.distributed.checkpoint`` writes through ``Checkpointer``) are forke
 from a multiprocessing forkserver that has torch already imported, instead of
 being launched by torchrun. torchrun adds nothing to the save path under test,
 only ~5 s of interpreter start and rendezvous per launch, which 20 launches on
-2 cores cannot afford. Each worker trains a ~6 MB DDP model and saves at every
-step, so most of its time is spent inside a save. Kill points:
+2 cores cannot afford. Each worker trains a replicated ~6 MB model (weights + Adam) and saves at
+every step, so most of its time is spent inside a save. Kill points:
 
 * 12 at a random time, 0-0.6 s after the workers' first save committed (both ranks
   at once, or one rank then the other), which lands in the DCP write, the checksum
@@ -33,7 +33,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.training_helpers import ckptctl_cli, describe, independently_complete, kill_point_worker
+from ckptctl.ops.checkpoints import verify_checkpoint
+from tests.training_helpers import (
+    FORKSERVER_PRELOAD,
+    ckptctl_cli,
+    describe,
+    independently_complete,
+    kill_point_worker,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -71,9 +78,7 @@ def test_twenty_kills_during_saves_never_leave_a_located_incomplete_checkpoint(
     print(f"CKPTCTL_TEST_SEED={seed}")
     rng = random.Random(seed)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(
-        ["torch", "torch.distributed.checkpoint", "ckptctl.training", "tests.training_helpers"]
-    )
+    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     root = tmp_path / "run"
     root.mkdir()
     plan: list[tuple[str, int] | None] = [None] * (NUM_KILLS - len(PHASE_KILLS)) + list(PHASE_KILLS)
@@ -132,10 +137,13 @@ def test_twenty_kills_during_saves_never_leave_a_located_incomplete_checkpoint(
         )
         assert ".tmp" not in located.name
         assert independently_complete(located) is None
-        verify = ckptctl_cli("verify", "--deep", str(located))
-        assert verify.returncode == 0, describe(verify)
+        report = verify_checkpoint(str(located), deep=True)  # `ckptctl verify --deep`'s own code
+        assert report.status == "complete", report.problems
         located_steps.append(int(located.name[5:]))
 
+    # and the CLI agrees on the last one
+    last = ckptctl_cli("verify", "--deep", ckptctl_cli("locate", str(root)).stdout.strip())
+    assert last.returncode == 0, describe(last)
     leftovers = [p.name for p in root.iterdir() if ".tmp-" in p.name]
     print(f"located after each kill: {located_steps}; temp leftovers: {len(leftovers)}")
     # The kills really hit saves: most left a half-written temporary directory behind.

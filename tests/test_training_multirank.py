@@ -12,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.training_helpers import multirank_worker
+from tests.training_helpers import FORKSERVER_PRELOAD, multirank_worker
 
 pytestmark = pytest.mark.slow
 
 
 def run_two_ranks(tmp_path: Path, scenario: str) -> dict[int, str]:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(
-        ["torch", "torch.distributed.checkpoint", "ckptctl.training", "tests.training_helpers"]
-    )
+    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     results = ctx.Queue()
     store = tmp_path / f"store-{scenario}"
     procs = [
@@ -61,3 +59,18 @@ def test_unsafe_state_on_one_rank_fails_every_rank_without_a_hang(tmp_path: Path
 def test_per_rank_state_and_rng_come_back_to_their_own_rank(tmp_path: Path) -> None:
     out = run_two_ranks(tmp_path, "per-rank-round-trip")
     assert out == {0: "counter=10 rng_ok=True notes=[]", 1: "counter=11 rng_ok=True notes=[]"}
+
+
+def test_a_one_process_checkpoint_loads_on_two_ranks(tmp_path: Path) -> None:
+    import torch
+
+    from ckptctl.training import Checkpointer
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    Checkpointer(str(tmp_path / "run"), preemption_signals=None).save(1, {"model": model})
+    out = run_two_ranks(tmp_path, "grow-1-to-2")
+    expected = f"sum={float(model.weight.sum()):.6f} w0=1"
+    # both ranks get the weights; rank 1 had no RNG state in a 1-process checkpoint, and says so
+    assert out[0] == f"{expected} rng_note=False"
+    assert out[1] == f"{expected} rng_note=True"

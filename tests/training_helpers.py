@@ -151,6 +151,20 @@ def independently_complete(step_dir: Path) -> str | None:
 
 # -- kill-point workers (forked from a forkserver with torch preloaded) --------------------------
 
+#: What a forked worker would otherwise import on its first save (torch._dynamo alone is ~1 s).
+FORKSERVER_PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+    "torch.distributed.checkpoint.staging",
+    "numpy.random",
+    "fsspec",
+    "ckptctl.training",
+    "ckptctl.ops.checkpoints",
+    "tests.training_helpers",
+]
+
 
 def kill_point_worker(
     rank: int,
@@ -180,9 +194,10 @@ def kill_point_worker(
         "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
     )
     torch.manual_seed(0)
+    # Replicated weights, as under DDP (DDP itself is left out: constructing it imports
+    # torch._dynamo and friends, seconds per fork, and adds nothing to the save path).
     model = torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(8)))
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     sampler = ResumableBatchSampler(64, 8)
     saves = 0
 
@@ -191,7 +206,7 @@ def kill_point_worker(
             os.kill(os.getpid(), signal.SIGKILL)
 
     ckpt = Checkpointer(root, preemption_signals=None, on_save_phase=on_phase)
-    state = {"model": ddp, "optimizer": opt, "data": sampler}
+    state = {"model": model, "optimizer": opt, "data": sampler}
     step = start_step
     batches = iter(sampler)
     while True:
@@ -200,7 +215,7 @@ def kill_point_worker(
         except StopIteration:
             batches = iter(sampler)
             continue
-        loss = ddp(torch.randn(4, 256)).square().mean()
+        loss = model(torch.randn(4, 256)).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -268,6 +283,15 @@ def multirank_worker(
             counter = Counter(-1)
             result = ckpt.load(f"{root}/step_1", {"model": model, "loader": PerRank(counter)})
             outcome = f"counter={counter.value} rng_ok={random.random() == expected} notes={list(result.notes)}"
+        elif scenario == "grow-1-to-2":
+            # step_1 was written by one process (the test itself, no process group)
+            torch.manual_seed(123)  # different weights, so the load has to change them
+            model = torch.nn.Linear(4, 4)
+            result = ckpt.load(f"{root}/step_1", {"model": model})
+            outcome = (
+                f"sum={float(model.weight.sum()):.6f} w0={result.saved_world_size} "
+                f"rng_note={any('RNG' in n for n in result.notes)}"
+            )
         else:
             raise ValueError(scenario)
         ckpt.close()
