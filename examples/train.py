@@ -88,6 +88,7 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, heads, dropout) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, VOCAB)
+        self.mask: torch.Tensor
         self.register_buffer(
             "mask", torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), 1), persistent=False
         )
