@@ -177,14 +177,29 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     assert max(ours) < first_loss - 0.2, (ours, first_loss)
 
 
+def children_of(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (from /proc, so no procps needed)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # the command name (field 2) may hold spaces: the fields after it follow the last ')'
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return sorted(out)
+
+
 def worker_pids(torchrun_pid: int, expected: int, timeout_s: float = 30) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["pgrep", "-P", str(torchrun_pid)], capture_output=True, text=True
-        ).stdout.split()
-        if len(out) >= expected:
-            return [int(p) for p in out]
+        pids = children_of(torchrun_pid)
+        if len(pids) >= expected:
+            return pids
         time.sleep(0.2)
     raise AssertionError("torchrun workers did not start")
 
