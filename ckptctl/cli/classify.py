@@ -67,15 +67,25 @@ def register(app: typer.Typer) -> None:
         signatures: SignaturesOpt = None,
         jobs: JobsOpt = None,
         as_json: JsonOpt = False,
+        config_path: Annotated[
+            str | None,
+            typer.Option(
+                "--config",
+                metavar="FILE",
+                help="ckptctl.yaml whose classify.signatures catalogs are added (default: ./ckptctl.yaml if present).",
+            ),
+        ] = None,
     ) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
         resume), job (fix it, do not resume), preemption (just resume) or unknown (and which
         log would settle it). Exit code 10/11/12/13 by verdict."""
         from ckptctl.ops import classify as ops
+        from ckptctl.ops.launch import load_config
 
+        configured = load_config(config_path).classify.signatures
         with out.byte_progress("reading logs") as bar:
             result = ops.classify_logs(
-                logs, extra_signature_files=signatures or [], progress=bar.advance, jobs=jobs
+                logs, extra_signature_files=[*configured, *(signatures or [])], progress=bar.advance, jobs=jobs
             )
         for s in result.skipped:
             out.warn(f"skipped {s.reason}" if s.reason.startswith(s.source) else f"skipped {s.source}: {s.reason}")

@@ -338,6 +338,19 @@ class RecoverConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ClassifyConfig:
+    """``classify:`` -- failure classification (``ckptctl classify`` and recover's first step)."""
+
+    signatures: tuple[str, ...] = ()
+    """Extra signature catalogs (YAML paths or fsspec URLs); their entries take precedence over the
+    built-in catalog, and ``--signatures`` files given on the command line over these."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.signatures, tuple) or not all(isinstance(x, str) and x for x in self.signatures):
+            raise _fail("classify.signatures", "must be a list of file paths or URLs")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CkptctlConfig:
     """The whole ``ckptctl.yaml``."""
 
@@ -347,6 +360,8 @@ class CkptctlConfig:
     """How to launch the job."""
     recover: RecoverConfig = field(default_factory=RecoverConfig)
     """How recover behaves."""
+    classify: ClassifyConfig = field(default_factory=ClassifyConfig)
+    """Failure classification (extra signature catalogs)."""
     source: str | None = None
     """The file this config was read from (not a YAML key; for messages)."""
 
@@ -474,6 +489,13 @@ def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
     return RecoverConfig(**kw)
 
 
+def _classify_from(data: Mapping[str, Any]) -> ClassifyConfig:
+    _check_keys(data, ClassifyConfig, "classify")
+    if "signatures" in data:
+        return ClassifyConfig(signatures=tuple(_str_list(data["signatures"], "classify.signatures")))
+    return ClassifyConfig()
+
+
 def config_from_dict(data: object, *, source: str | None = None) -> CkptctlConfig:
     """Build and validate a config from plain data (``None`` -> all defaults).
 
@@ -491,6 +513,7 @@ def config_from_dict(data: object, *, source: str | None = None) -> CkptctlConfi
             run_root=None if run_root is None else _scalar_str(run_root, "run_root"),
             launch=_launch_from(_mapping(data.get("launch"), "launch")),
             recover=_recover_from(_mapping(data.get("recover"), "recover")),
+            classify=_classify_from(_mapping(data.get("classify"), "classify")),
             source=source,
         )
     except ConfigError as e:
