@@ -380,3 +380,28 @@ def test_s3_save_commit_marker_and_resume(s3_bucket: str, s3_env: dict[str, str]
     # saving step 2 again moves the uncommitted attempt aside first (never overwrites in place)
     again = Checkpointer(root, preemption_signals=None).save(2, state).result()
     assert verify_checkpoint(again.path, deep=True).status == "complete"
+
+
+def test_several_files_per_rank_each_get_their_checksum(tmp_path: Path) -> None:
+    ckpt = Checkpointer(str(tmp_path), thread_count=3, preemption_signals=None)
+    ckpt.save(1, make_state())
+    d = tmp_path / "step_1"
+    manifest = json.loads((d / "ckptctl.json").read_bytes())
+    shards = sorted(f["path"] for f in manifest["files"] if f["path"].endswith(".distcp"))
+    assert shards == ["__0_0.distcp", "__0_1.distcp", "__0_2.distcp"]
+    for f in manifest["files"]:
+        assert f["checksum"] == file_crc32(d / f["path"])
+
+
+def test_async_saves_with_retention_keep_exactly_the_newest(tmp_path: Path) -> None:
+    ckpt = Checkpointer(str(tmp_path), async_save=True, keep_last=2, preemption_signals=None)
+    state = make_state()
+    for step in range(1, 6):
+        ckpt.save(step, state)
+    ckpt.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step_")) == [
+        "step_4",
+        "step_5",
+    ]
+    for name in ("step_4", "step_5"):
+        assert independently_complete(tmp_path / name) is None
