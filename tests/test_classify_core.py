@@ -567,3 +567,11 @@ def test_root_cause_prefers_a_line_that_names_its_host() -> None:
     v = decide(ev("slurm-node-failure", None, file="sacct.txt"), ev("slurm-node-failure", "gpu-node-07", file="slurm.out"))
     assert v.root_cause is not None and v.root_cause.host == "gpu-node-07"
     assert "nodename=gpu-node-07" in v.action
+
+
+def test_a_keyword_ending_in_newline_does_not_hide_the_next_line() -> None:
+    # "Error\n" ends past its line: the pass once resumed after the next line's
+    # newline and missed a keyword there.
+    block = b"x BrokenPipeError\nhost-3:1:2 [0] NCCL INFO CUDA_ERROR_ILLEGAL_ADDRESS\n"
+    matches, _ = MATCHER.scan_block(block)
+    assert [m[0] for m in matches] == [1]

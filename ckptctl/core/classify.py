@@ -20,9 +20,9 @@ happened) and a job fault beats a preemption (resuming onto a bug re-crashes).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 Category = Literal["infra", "job", "preemption"]
 VerdictCategory = Literal["infra", "job", "preemption", "unknown"]
@@ -446,18 +446,110 @@ def plan_prefilter(keywords: Sequence[bytes]) -> dict[int, list[tuple[bytes, int
     return groups
 
 
+class BlockScanner(Protocol):
+    """Multi-literal search over a block of whole lines: the prefilter's engine.
+
+    Made by a ``ScannerFactory`` from the catalog's keywords (byte strings, case
+    sensitive); a keyword's index in that list is its id. Call order: for each
+    block, ``candidate_lines`` once, then ``keywords_in`` for lines it returned.
+    Both may over-report (the matcher verifies every keyword with ``in``), never
+    under-report, so the verdict cannot depend on the engine.
+    """
+
+    name: str
+    """Engine name shown in the result (``re``, ``hyperscan``)."""
+
+    def candidate_lines(self, block: bytes) -> list[tuple[int, int]]:
+        """``(line start, hint)`` in block order, for at least every line of
+        ``block`` in which a keyword starts (a keyword may end with the newline)."""
+        ...
+
+    def keywords_in(self, line: bytes, hint: int) -> Iterable[int]:
+        """Ids of the keywords that may occur in ``line`` (one returned by
+        ``candidate_lines`` with ``hint``, or a window of it): at least those that do."""
+        ...
+
+
+#: Builds a ``BlockScanner`` for a list of keywords.
+ScannerFactory = Callable[[Sequence[bytes]], BlockScanner]
+
+
+class ReBlockScanner:
+    """The stdlib engine: a few ``re`` passes per block, keyed on rare bytes.
+
+    Python's ``re`` scans fast only for a literal first byte (``memchr``), and
+    each pass over a block costs about as much as any other, so keywords are
+    anchored on a few rare bytes (``plan_prefilter``), one prefix-factored
+    alternation per byte, each run over the whole block. The hint is the mask of
+    passes that hit the line; ``keywords_in`` searches the line again with those.
+    """
+
+    name = "re"
+
+    def __init__(self, keywords: Sequence[bytes]) -> None:
+        planned = plan_prefilter(keywords)
+        #: One pass per group: the anchor regex, and for each anchor it can match the
+        #: keywords to verify (those whose anchor is a prefix of it: the trie matches
+        #: the longest anchor at a position).
+        self._groups: list[tuple[re.Pattern[bytes], dict[bytes, tuple[int, ...]]]] = []
+        for _, members in sorted(planned.items()):
+            regex = re.compile(_trie_pattern(anchor for anchor, _ in members))
+            verify = {
+                anchor: tuple(k for other, k in members if anchor.startswith(other))
+                for anchor, _ in members
+            }
+            self._groups.append((regex, verify))
+
+    @property
+    def num_passes(self) -> int:
+        return len(self._groups)
+
+    def candidate_lines(self, block: bytes) -> list[tuple[int, int]]:
+        lines: dict[int, int] = {}
+        rfind = block.rfind
+        find = block.find
+        for bit, (rx, _) in enumerate(self._groups):
+            flag = 1 << bit
+            search = rx.search
+            m = search(block)
+            while m is not None:
+                start = rfind(b"\n", 0, m.start()) + 1
+                lines[start] = lines.get(start, 0) | flag
+                end = find(b"\n", m.start())
+                if end == -1:
+                    break
+                m = search(block, end + 1)
+        return sorted(lines.items())
+
+    def keywords_in(self, line: bytes, hint: int) -> Iterable[int]:
+        found: set[int] = set()
+        bit = 0
+        while hint:
+            if hint & 1:
+                rx, verify = self._groups[bit]
+                m = rx.search(line)
+                while m is not None:
+                    found.update(verify.get(m.group(), ()))
+                    # Restart one byte on: anchors of a group may overlap.
+                    m = rx.search(line, m.start() + 1)
+            hint >>= 1
+            bit += 1
+        return found
+
+
 class Matcher:
     """Compiled form of an ordered catalog: a byte-level prefilter plus per-line matching.
 
-    ``candidate_lines`` finds the lines of a block that contain any keyword. Python's
-    ``re`` scans fast only for a literal first byte (``memchr``), and each pass over
-    a block costs about as much as any other, so keywords are anchored on a few
-    rare bytes (``plan_prefilter``), one prefix-factored alternation per byte, each
-    run over the whole block. ``match_line`` then tries, in catalog order, only the
-    signatures whose keywords occur in the line; the first that matches wins.
+    ``candidate_lines`` finds the lines of a block that contain any keyword (with
+    the ``BlockScanner`` given, by default the stdlib ``ReBlockScanner``) or in
+    which a keyword-less signature's pattern matches (one ``re`` pass each, the
+    same whatever the engine). ``match_bytes`` then tries, in catalog order, only
+    the signatures whose keywords occur in the line (checked here, so every
+    engine gives the same result) and the keyword-less ones whose pass hit the
+    line; the first that matches wins.
     """
 
-    def __init__(self, signatures: Sequence[Signature]) -> None:
+    def __init__(self, signatures: Sequence[Signature], scanner: ScannerFactory | None = None) -> None:
         self.signatures = tuple(signatures)
         self._compiled = [re.compile(s.pattern) for s in self.signatures]
         by_keyword: dict[str, list[int]] = {}
@@ -467,31 +559,20 @@ class Matcher:
         for i, sig in enumerate(self.signatures):
             for kw in sig.keywords:
                 by_keyword.setdefault(kw, []).append(i)
-        keywords = list(by_keyword)
-        encoded = [kw.encode() for kw in keywords]
-        planned = plan_prefilter(encoded)
-        #: One pass per group: the anchor regex, and for each anchor it can match the
-        #: keywords to verify (those whose anchor is a prefix of it: the trie matches
-        #: the longest anchor at a position).
-        self._groups: list[tuple[re.Pattern[bytes], dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]]]] = []
-        for _, members in sorted(planned.items()):
-            regex = re.compile(_trie_pattern(anchor for anchor, _ in members))
-            verify: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {}
-            for anchor, _ in members:
-                verify[anchor] = tuple(
-                    (encoded[k], tuple(by_keyword[keywords[k]]))
-                    for other, k in members
-                    if anchor.startswith(other)
-                )
-            self._groups.append((regex, verify))
+        self._keywords: tuple[bytes, ...] = tuple(kw.encode() for kw in by_keyword)
+        self._keyword_signatures: tuple[tuple[int, ...], ...] = tuple(
+            tuple(v) for v in by_keyword.values()
+        )
+        self.scanner: BlockScanner = (scanner or ReBlockScanner)(self._keywords)
+        #: Keyword-less signatures are their own (slow) prefilter: one pass each.
+        self._pattern_passes: list[re.Pattern[bytes]] = []
         for i in self._always:
-            # A signature without keywords is its own (slow) prefilter.
             try:
                 fallback = re.compile(self.signatures[i].pattern.encode(), re.MULTILINE)
             except (re.error, UnicodeEncodeError):
                 fallback = re.compile(b"^", re.MULTILINE)  # unusable on bytes: every line
-            self._groups.append((fallback, {}))
-        self._all_groups = (1 << len(self._groups)) - 1
+            self._pattern_passes.append(fallback)
+        self._all_patterns = (1 << len(self._always)) - 1
         self._xid_line = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
         self._xid_only = [
             sig.xid is not None and sig.pattern == XID_PATTERN_TEMPLATE.format(code=sig.xid)
@@ -499,50 +580,49 @@ class Matcher:
         ]
 
     @property
-    def num_prefilter_passes(self) -> int:
-        return len(self._groups)
+    def engine(self) -> str:
+        """Name of the keyword search engine (``re``, ``hyperscan``)."""
+        return self.scanner.name
 
     def candidate_lines(self, block: bytes) -> list[tuple[int, int, int]]:
-        """``(line start, group mask, first hit)`` for each line of ``block`` holding a keyword.
+        """``(line start, keyword hint, pattern hits)`` for each candidate line of ``block``.
 
-        In block order. The mask says which prefilter groups hit the line, so
-        ``match_bytes`` checks only their keywords; the offset of the first hit
-        keeps an overlong line's match window around a keyword.
+        In block order. The hint is the scanner's (see ``BlockScanner``); pattern
+        hits is the mask of keyword-less signatures (in ``_always`` order) whose
+        pass matched in the line.
         """
-        lines: dict[int, list[int]] = {}
+        lines = self.scanner.candidate_lines(block)
+        if not self._pattern_passes:
+            return [(start, hint, 0) for start, hint in lines]
+        merged: dict[int, list[int]] = {start: [hint, 0] for start, hint in lines}
         rfind = block.rfind
         find = block.find
-        for bit, (rx, _) in enumerate(self._groups):
+        for bit, rx in enumerate(self._pattern_passes):
             flag = 1 << bit
-            search = rx.search
-            m = search(block)
+            m = rx.search(block)
             while m is not None:
-                hit = m.start()
-                start = rfind(b"\n", 0, hit) + 1
-                seen = lines.get(start)
-                if seen is None:
-                    lines[start] = [flag, hit]
-                else:
-                    seen[0] |= flag
-                    seen[1] = min(seen[1], hit)
-                end = find(b"\n", m.end())
+                start = rfind(b"\n", 0, m.start()) + 1
+                merged.setdefault(start, [0, 0])[1] |= flag
+                end = find(b"\n", m.start())
                 if end == -1:
                     break
-                m = search(block, end + 1)
-        return [(start, v[0], v[1]) for start, v in sorted(lines.items())]
+                m = rx.search(block, end + 1)
+        return [(start, v[0], v[1]) for start, v in sorted(merged.items())]
 
-    def match_line(self, text: str, groups: int | None = None) -> LineMatch | None:
+    def match_line(self, text: str) -> LineMatch | None:
         """The first signature (catalog order) matching this line, with its fields."""
-        return self.match_bytes(text.encode("utf-8", errors="replace"), groups, text=text)
+        return self.match_bytes(text.encode("utf-8", errors="replace"), text=text)
 
     def match_bytes(
-        self, line: bytes, groups: int | None = None, *, text: str | None = None
+        self, line: bytes, hint: int | None = None, patterns: int | None = None, *, text: str | None = None
     ) -> LineMatch | None:
         """``match_line`` on the raw bytes of a line; decodes only when a keyword is in it.
 
-        ``groups``: bit mask of the prefilter groups that hit the line (default: all).
+        ``hint``: the scanner's hint for the line (default: look for every
+        keyword); ``patterns``: mask of the keyword-less signatures to try
+        (default: all).
         """
-        indices = self._signatures_for(line, self._all_groups if groups is None else groups)
+        indices = self._signatures_for(line, hint, self._all_patterns if patterns is None else patterns)
         if not indices:
             return None
         if text is None:
@@ -574,7 +654,7 @@ class Matcher:
         pos = 0
         offset = 0
         count = block.count
-        for start, groups, hit in self.candidate_lines(block):
+        for start, hint, patterns in self.candidate_lines(block):
             offset += count(b"\n", pos, start)
             pos = start
             end = block.find(b"\n", start)
@@ -582,30 +662,41 @@ class Matcher:
             # ends a traceback) include it.
             end = len(block) if end == -1 else end + 1
             if end - start > MAX_MATCH_CHARS:
-                # An overlong line: match a window around its first keyword.
-                start = max(start, hit - MAX_MATCH_CHARS // 2)
+                # An overlong line: match a window around its first keyword or
+                # keyword-less pattern match.
+                at = self._first_hit(block[start:end], hint, patterns)
+                start = max(start, start + at - MAX_MATCH_CHARS // 2)
                 end = min(end, start + MAX_MATCH_CHARS)
-            match = self.match_bytes(block[start:end], groups)
+            match = self.match_bytes(block[start:end], hint, patterns)
             if match is not None:
                 matches.append((offset, match.index, dict(match.fields), clip_text(match.text, match.at)))
         return matches, count(b"\n")
 
-    def _signatures_for(self, line: bytes, mask: int) -> list[int]:
-        """Catalog indices of the signatures whose keywords occur in ``line``, in order."""
-        indices: set[int] = set(self._always)
+    def _first_hit(self, line: bytes, hint: int, patterns: int) -> int:
+        """Offset of the first keyword (or keyword-less pattern match) in ``line``; 0 if none."""
+        hits = [i for k in self.scanner.keywords_in(line, hint) if (i := line.find(self._keywords[k])) >= 0]
+        for bit, rx in enumerate(self._pattern_passes):
+            if patterns >> bit & 1 and (m := rx.search(line)) is not None:
+                hits.append(m.start())
+        return min(hits, default=0)
+
+    def _signatures_for(self, line: bytes, hint: int | None, patterns: int) -> list[int]:
+        """Catalog indices of the signatures to try on ``line``, in order: those with
+        a keyword in it, and the keyword-less ones in ``patterns``."""
+        indices: set[int] = set()
         bit = 0
-        while mask:
-            if mask & 1:
-                rx, verify = self._groups[bit]
-                m = rx.search(line)
-                while m is not None:
-                    for kw, sig_indices in verify.get(m.group(), ()):
-                        if kw in line:
-                            indices.update(sig_indices)
-                    # Restart one byte on: anchors of a group may overlap.
-                    m = rx.search(line, m.start() + 1)
-            mask >>= 1
+        while patterns:
+            if patterns & 1:
+                indices.add(self._always[bit])
+            patterns >>= 1
             bit += 1
+        keywords = self._keywords
+        candidates: Iterable[int] = (
+            range(len(keywords)) if hint is None else self.scanner.keywords_in(line, hint)
+        )
+        for k in candidates:
+            if keywords[k] in line:
+                indices.update(self._keyword_signatures[k])
         return sorted(indices)
 
 

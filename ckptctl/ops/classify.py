@@ -157,6 +157,8 @@ class ClassifyResult:
     elapsed_s: float = 0.0
     jobs: int = 1
     """Processes that matched the input."""
+    engine: str = "re"
+    """The keyword prefilter's engine (``hyperscan`` or ``re``)."""
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -242,6 +244,7 @@ class ClassifyResult:
                 "matched_lines": self.num_matched_lines,
                 "overlong_lines": self.num_overlong_lines,
                 "jobs": self.jobs,
+                "engine": self.engine,
             },
             "catalog": {
                 "signatures": self.num_signatures,
@@ -264,12 +267,44 @@ PARALLEL_MIN_BYTES = 64 << 20
 #: rarely pays on a shared login node).
 MAX_AUTO_JOBS = 8
 
+#: Prefilter engines (``engine=``, or the ``CKPTCTL_CLASSIFY_ENGINE`` variable):
+#: ``auto`` is Hyperscan when the ``hyperscan`` package imports, else ``re``.
+ENGINES = ("auto", "hyperscan", "re")
+ENGINE_ENV = "CKPTCTL_CLASSIFY_ENGINE"
+
+
+def pick_engine(engine: str | None = None) -> str:
+    """The engine to use: ``engine``, else ``$CKPTCTL_CLASSIFY_ENGINE``, else ``auto``, resolved."""
+    from ckptctl.adapters import hsscan
+
+    name = engine or os.environ.get(ENGINE_ENV) or "auto"
+    if name not in ENGINES:
+        raise UsageError(f"unknown classify engine {name!r} (one of {', '.join(ENGINES)})")
+    if name == "auto":
+        return hsscan.NAME if hsscan.available() else "re"
+    if name == hsscan.NAME and not hsscan.available():
+        raise UsageError(
+            "the hyperscan engine was asked for but the hyperscan package is not installed",
+            hint="pip install 'ckptctl[fast]', or use the re engine",
+        )
+    return name
+
+
+def make_matcher(signatures: Sequence[core.Signature], engine: str) -> core.Matcher:
+    """A matcher whose keyword prefilter runs on ``engine`` (resolved by ``pick_engine``)."""
+    if engine == "re":
+        return core.Matcher(signatures)
+    from ckptctl.adapters.hsscan import HyperscanBlockScanner
+
+    return core.Matcher(signatures, HyperscanBlockScanner)
+
+
 _worker_matcher: core.Matcher | None = None
 
 
-def _init_worker(signatures: tuple[core.Signature, ...]) -> None:
+def _init_worker(signatures: tuple[core.Signature, ...], engine: str) -> None:
     global _worker_matcher
-    _worker_matcher = core.Matcher(signatures)
+    _worker_matcher = make_matcher(signatures, engine)
 
 
 def _scan_in_worker(block: bytes) -> core.BlockScan:
@@ -315,7 +350,7 @@ class _BlockMatcher:
                 max_workers=self._jobs,
                 mp_context=multiprocessing.get_context(method),
                 initializer=_init_worker,
-                initargs=(self._matcher.signatures,),
+                initargs=(self._matcher.signatures, self._matcher.engine),
             )
         return self
 
@@ -356,6 +391,7 @@ def classify_logs(
     jobs: int | None = None,
     block_bytes: int = logs.DEFAULT_BLOCK_BYTES,
     max_line_bytes: int = logs.DEFAULT_MAX_LINE_BYTES,
+    engine: str | None = None,
 ) -> ClassifyResult:
     """Classify the failure the logs in ``sources`` describe.
 
@@ -364,6 +400,8 @@ def classify_logs(
     ``progress`` is called with the number of bytes read as reading goes.
     ``jobs``: worker processes that match blocks (1: all in this process; None:
     ``auto_jobs``). The result does not depend on it.
+    ``engine``: the keyword prefilter, ``auto`` (default), ``hyperscan`` or ``re``
+    (see ``pick_engine``). The result does not depend on it either.
     Raises ``UsageError`` (no sources, bad ``jobs``), ``ConfigError`` (bad signature
     file), ``InputError`` (nothing readable).
     """
@@ -376,8 +414,9 @@ def classify_logs(
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}")
     started = time.perf_counter()
+    engine = pick_engine(engine)
     signatures = load_catalog(extra_signature_files)
-    matcher = core.Matcher(signatures)
+    matcher = make_matcher(signatures, engine)
     expanded, skipped = logs.expand_sources(list(sources))
     if jobs is None:
         sizes = [s.size_bytes for s in expanded]
@@ -450,5 +489,6 @@ def classify_logs(
         num_signatures=len(signatures),
         elapsed_s=time.perf_counter() - started,
         jobs=jobs,
+        engine=engine,
         warnings=tuple(warnings),
     )
