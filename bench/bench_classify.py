@@ -17,7 +17,10 @@ Then, in one run:
   ``LC_ALL=C`` (grep's fastest mode; ``--utf8-grep`` adds a UTF-8 run, which
   is 20-30x slower with these patterns);
 * ``grep -F -c -f KEYWORDS`` (the prefilter's literals alone, for reference);
-* ``ckptctl classify --json`` as a subprocess (the real CLI, startup included);
+* ``ckptctl classify --json`` as a subprocess (the real CLI, startup included),
+  with the default prefilter engine (Hyperscan when installed; the engine used
+  is printed) and again with ``CKPTCTL_CLASSIFY_ENGINE=re`` (the stdlib
+  fallback; ``--no-re-engine`` skips it);
 
 and prints MB/s (wall clock, and per CPU-second, which shared machines make the
 fairer figure) for each and classify's ratio to grep. The verdict is checked
@@ -317,6 +320,11 @@ def main() -> None:
         "--jobs", type=int, default=0, help="also time classify --jobs N (worker processes)"
     )
     parser.add_argument(
+        "--no-re-engine",
+        action="store_true",
+        help="skip the run with the stdlib re prefilter (CKPTCTL_CLASSIFY_ENGINE=re)",
+    )
+    parser.add_argument(
         "--utf8-grep",
         action="store_true",
         help="also time grep -E in the caller's UTF-8 locale (very slow with these patterns)",
@@ -341,6 +349,7 @@ def main() -> None:
     grep_utf8 = "grep -E (catalog patterns, C.UTF-8)"
     grep_kw = "grep -F (prefilter keywords, LC_ALL=C)"
     classify = "ckptctl classify --json --jobs 1"
+    classify_re = "ckptctl classify --json --jobs 1 (re engine)"
     with tempfile.TemporaryDirectory() as tmp:
         patterns = Path(tmp, "patterns.ere")
         patterns.write_text("\n".join(to_ere(s.pattern) for s in signatures) + "\n")
@@ -356,6 +365,11 @@ def main() -> None:
             grep_kw: ([grep, "-F", "-c", "-f", str(keywords), str(log)], {**os.environ, "LC_ALL": "C"}),
             classify: ([*cli, "classify", "--json", "--jobs", "1", str(log)], {**os.environ, "CKPTCTL_NO_PROGRESS": "1"}),
         }
+        if not args.no_re_engine:
+            commands[classify_re] = (
+                [*cli, "classify", "--json", "--jobs", "1", str(log)],
+                {**os.environ, "CKPTCTL_NO_PROGRESS": "1", "CKPTCTL_CLASSIFY_ENGINE": "re"},
+            )
         if args.jobs > 1:
             commands[f"ckptctl classify --json --jobs {args.jobs}"] = (
                 [*cli, "classify", "--json", "--jobs", str(args.jobs), str(log)],
@@ -385,12 +399,13 @@ def main() -> None:
         matched = (
             json.loads(stdout)["inputs"]["matched_lines"] if name.startswith("ckptctl") else int(stdout.strip() or 0)
         )
-        if name.startswith("ckptctl") and name != classify:  # workers are the forkserver's children: their CPU is not ours to see
+        if name.startswith("ckptctl") and "--jobs 1" not in name:  # workers are the forkserver's children: their CPU is not ours to see
             print(f"{name:<42} {elapsed:7.2f} {mb / elapsed:6.0f} {'-':>7} {'-':>9}  {matched:,}")
             continue
         print(f"{name:<42} {elapsed:7.2f} {mb / elapsed:6.0f} {cpu:7.2f} {mb / max(cpu, 1e-9):9.0f}  {matched:,}")
     wall_ratio = runs[grep_c][0] / runs[classify][0]
     cpu_ratio = runs[grep_c][1] / max(runs[classify][1], 1e-9)
+    print(f"classify engine: {doc['inputs'].get('engine', 're')}")
     print(f"classify / {grep_c}: {wall_ratio:.2f}x wall, {cpu_ratio:.2f}x CPU (target >= 0.5x)")
     for name in runs:
         if name.startswith("ckptctl") and name != classify:
