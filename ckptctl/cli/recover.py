@@ -51,8 +51,14 @@ def _render(report: RecoveryReport) -> None:
         )
         c.print("  command: " + escape(shlex.join(j["argv"])))
     for r in report.rollbacks:
+        # RollbackResult.to_json(): plan.source/destination are {name, path, ...} objects
         plan = r.get("plan") or {}
-        c.print(f"rollback: {escape(str(plan.get('source')))} -> {escape(str(plan.get('destination')))}")
+        if r.get("refused") or not plan:
+            refusal = r.get("refused") or {}
+            c.print(f"rollback refused: {escape(str(refusal.get('message', 'no plan')))}")
+            continue
+        src, dst = plan.get("source") or {}, plan.get("destination") or {}
+        c.print(f"rollback: quarantined {escape(str(src.get('path')))} -> {escape(str(dst.get('name')))}")
     c.print("timeline:")
     for t in report.timeline:
         c.print(f"  {t.time}  {t.stage:<9} {escape(t.message)}")

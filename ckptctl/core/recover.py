@@ -141,6 +141,9 @@ class Attempt:
     watch_verdict: str | None
     """The loss watch's verdict, if it reached one."""
     stopped_by_watch: bool = False
+    interrupted_by: str | None = None
+    """The signal (``SIGINT``, ``SIGTERM``) that interrupted ckptctl itself during the
+    attempt; ckptctl stopped the job because of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +156,24 @@ class NextAction:
 
 
 def decide_after_attempt(history: Sequence[Attempt], *, max_attempts: int) -> NextAction:
-    """Resume -> Watch -> Done / Fallback / Resume again / stop (bounded, loop-guarded)."""
+    """Resume -> Watch -> Done / Fallback / Resume again / stop (bounded, loop-guarded).
+
+    Precedence: an interruption of ckptctl itself stops; then a bad-resume verdict
+    falls back (or stops at the bound); a clean exit is done; two failures from the
+    same checkpoint step are a restart loop; then the attempt bound; else resume.
+    """
     if not history:
         raise ValueError("no attempt to judge")
     last = history[-1]
     left = max_attempts - len(history)
+    if last.interrupted_by is not None:
+        # The operator (or the scheduler ending ckptctl's own allocation) stopped us: the
+        # job's exit says nothing about the resume, and relaunching would fight the stop.
+        return NextAction(
+            "stop",
+            f"interrupted: ckptctl received {last.interrupted_by} and stopped the job "
+            f"(resumed from step {last.checkpoint_step}); not relaunching. Run recover again to continue",
+        )
     if last.watch_verdict in BAD_RESUME_VERDICTS:
         if left <= 0:
             return NextAction("stop", f"loss watch said {last.watch_verdict} and no attempts are left ({max_attempts})")

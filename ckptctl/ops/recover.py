@@ -24,15 +24,19 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
 from ckptctl.adapters import audit
-from ckptctl.adapters.runlock import HeldLock, run_lock
+from ckptctl.adapters.runlock import HeldLock, read_lock, run_lock
 from ckptctl.adapters.storage import Storage
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.errors import NotFoundError, StorageError
+from ckptctl.core.launch_plan import signal_name
+from ckptctl.errors import CkptctlError, NotFoundError, StorageError
+
+if TYPE_CHECKING:
+    from ckptctl.ops.rollback import RollbackResult
 
 EventFn = Callable[[str, str], None]
 """(stage, message): narration of each decision as it is taken."""
@@ -82,6 +86,7 @@ class AttemptRecord:
             "log": self.log_path,
             "watch_verdict": a.watch_verdict,
             "stopped_by_watch": a.stopped_by_watch,
+            "interrupted_by": a.interrupted_by,
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,
             "watch": self.watch,
@@ -112,9 +117,13 @@ class RecoveryReport:
     timeline: list[TimelineEntry] = field(default_factory=list)
     report_path: str | None = None
     warnings: list[str] = field(default_factory=list)
+    interrupted_by: int | None = None
+    """The signal that interrupted ckptctl during a relaunch (it stopped the job and the recovery)."""
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted_by is not None:
+            return 128 + self.interrupted_by  # 130 / 143, as `ckptctl launch` and a shell report it
         return core.OUTCOME_EXIT.get(self.outcome, 3)
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +148,7 @@ class RecoveryReport:
             "timeline": [t.to_json() for t in self.timeline],
             "report_path": self.report_path,
             "warnings": self.warnings,
+            "interrupted_by": None if self.interrupted_by is None else signal_name(self.interrupted_by),
             "ckptctl_version": __version__,
         }
 
@@ -221,6 +231,13 @@ def recover(
         raise NotFoundError(f"{root}: no such run root directory", hint="pass the checkpoint run root")
     report = RecoveryReport(root=storage.url(path), dry_run=dry_run, started=_iso(now()))
     rec = _Recovery(report, on_event, now)
+    if dry_run:
+        # Read-only look at the lock: the plan is only worth showing if a real run could act on it.
+        holder = read_lock(storage, path)
+        if holder is not None:
+            report.warnings.append(
+                f"the run root is locked ({holder.describe()}): a real run would be refused now"
+            )
     lock_ctx = nullcontext(None) if dry_run else run_lock(storage, path, operation="recover")
     with lock_ctx as held:
         if held is not None and held.broke_stale:
@@ -243,6 +260,12 @@ def recover(
                 held=held,
                 on_output=on_output,
             )
+        except BaseException as e:
+            # The report written below must say why the walk ended (it is "stopped").
+            report.outcome = "stopped"
+            report.reason = f"recover failed: {_describe_error(e)}"
+            rec.log("stop", report.reason)
+            raise
         finally:
             report.ended = _iso(now())
             if not dry_run:
@@ -250,11 +273,35 @@ def recover(
     return report
 
 
-def _write_report(storage: Storage, path: str, report: RecoveryReport, when: datetime) -> None:
+def _describe_error(e: BaseException) -> str:
+    if isinstance(e, CkptctlError):
+        return e.message
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(e).__name__}: {e}"
+
+
+def _report_target(storage: Storage, path: str, when: datetime) -> str:
+    """``<root>/.ckptctl/recovery-<UTC stamp>.json``, ``-2``, ``-3`` ... when taken.
+
+    The stamp has one-second resolution and two recoveries can end in the same
+    second (a job-fault refusal takes well under one): a later report must never
+    overwrite an earlier one that the audit log points at. Recoveries hold the
+    run-root lock while writing, so checking before writing is enough.
+    """
     stamp = when.strftime("%Y%m%dT%H%M%SZ")
-    target = storage.join(audit.state_dir(storage, path), f"recovery-{stamp}.json")
-    report.report_path = storage.url(target)
+    base = storage.join(audit.state_dir(storage, path), f"recovery-{stamp}")
+    target, n = f"{base}.json", 1
+    while storage.exists(target):
+        n += 1
+        target = f"{base}-{n}.json"
+    return target
+
+
+def _write_report(storage: Storage, path: str, report: RecoveryReport, when: datetime) -> None:
     try:
+        target = _report_target(storage, path, when)
+        report.report_path = storage.url(target)
         storage.write_bytes(target, (json.dumps(report.to_json(), indent=2) + "\n").encode())
         audit.append_record(
             storage,
@@ -306,7 +353,9 @@ def _walk(
 
     # -- 1. Classify ------------------------------------------------------------------------
     if logs:
-        result = classify_logs(list(logs), extra_signature_files=list(signature_files))
+        result = classify_logs(
+            list(logs), extra_signature_files=[*config.classify.signatures, *signature_files]
+        )
         doc = result.to_json()
         report.classify = doc
         root_cause = doc.get("root_cause") or {}
@@ -419,6 +468,7 @@ def _walk(
             exit_code=run.exit_code,
             watch_verdict=verdict,
             stopped_by_watch=run.stopped_by_callback,
+            interrupted_by=None if run.interrupted_by is None else signal_name(run.interrupted_by),
         )
         history.append(attempt)
         report.attempts.append(
@@ -444,26 +494,62 @@ def _walk(
             report.reason = nxt.reason
             return report
         if nxt.kind == "stop":
+            report.interrupted_by = run.interrupted_by
             return rec.stop(nxt.reason)
         if nxt.kind == "rollback-and-resume":
-            from ckptctl.ops.rollback import rollback
-
-            rb = rollback(
-                url,
-                step=ckpt.step,
-                reason=f"ckptctl recover: loss watch said {verdict} after resuming from step {ckpt.step}",
-                held_lock=held,
-            )
-            report.rollbacks.append(rb.to_json())
-            if rb.refused:
-                msg = rb.refusal.message if rb.refusal else "refused"
-                return rec.stop(f"cannot fall back: {msg}")
-            rec.log("rollback", f"quarantined step {ckpt.step}; locate now returns {rb.locate}")
+            refused = _quarantine_bad_resume(rec, url, ckpt.step, str(verdict), held=held, deep=deep)
+            if refused is not None:
+                return rec.stop(refused)
         else:
-            # a failed or preempted run: its own log is the freshest pre-failure baseline
-            fresh = _read_lines(run.log_path)
-            if fresh:
-                baseline_lines = fresh
+            # A failed or preempted run: the losses it logged continue the pre-failure
+            # record, so the next watch compares against them too. Appended, never
+            # swapped in: a run that died right after the start logged no loss at all,
+            # and replacing the baseline with its log would disarm the next watch
+            # (and throw away an explicit --baseline).
+            baseline_lines = baseline_lines + _read_lines(run.log_path)
+
+
+def _quarantine_bad_resume(
+    rec: _Recovery, url: str, step: int | None, verdict: str, *, held: HeldLock | None, deep: bool
+) -> str | None:
+    """Fallback after a bad resume from ``step``: quarantine that checkpoint and every
+    checkpoint the bad run saved. Returns the reason to stop when a rollback is refused.
+
+    The checkpoint at ``step`` was the newest complete one when the attempt started,
+    so a complete checkpoint at a later step now was written by that attempt: saved
+    before the watch had seen enough to stop it (``save_every`` below
+    ``watch_steps``), or after a job that ran to the end on the wrong state. It
+    carries the same bad state; resuming from it would repeat the bad resume and
+    spend an attempt on it. Quarantined newest first, so each rename leaves a
+    complete checkpoint older than its target (rollback's safety rule).
+    """
+    from ckptctl.ops.checkpoints import find_latest_complete
+    from ckptctl.ops.rollback import rollback
+
+    why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
+    if step is not None:
+        seen: set[str] = set()
+        while True:
+            newest = find_latest_complete(url, deep=deep).checkpoint
+            if newest is None or newest.step is None or newest.step <= step or newest.path in seen:
+                break
+            seen.add(newest.path)
+            rb = rollback(url, step=newest.step, reason=f"{why}; saved by that run", deep=deep, held_lock=held)
+            if not _record_rollback(rec, rb, "saved by the bad run"):
+                return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
+    rb = rollback(url, step=step, reason=why, deep=deep, held_lock=held)
+    if not _record_rollback(rec, rb, "resumed from"):
+        return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
+    return None
+
+
+def _record_rollback(rec: _Recovery, rb: RollbackResult, what: str) -> bool:
+    """Add a rollback to the report; False when it was refused."""
+    rec.report.rollbacks.append(rb.to_json())
+    if rb.refused or rb.plan is None:
+        return False
+    rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
+    return True
 
 
 def _make_watcher(config: CkptctlConfig, resume_step: int | None, baseline_lines: list[str]) -> tuple[Any, dict[str, Any]]:
