@@ -139,6 +139,19 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 }
 
 
+#: Every ``(module, name)`` global a genuine DCP ``.metadata`` references, besides
+#: ``torch.<dtype>`` and ``torch.<layout>`` (see ``is_allowed_metadata_global``).
+#: ``ckptctl.training`` resolves the same list to the real torch classes.
+ALLOWED_METADATA_GLOBALS: frozenset[tuple[str, str]] = frozenset(_ALLOWED)
+
+
+def is_allowed_metadata_global(module: str, name: str) -> bool:
+    """May a DCP ``.metadata`` pickle reference ``module.name``?"""
+    if (module, name) in ALLOWED_METADATA_GLOBALS:
+        return True
+    return module == "torch" and (name in DTYPE_ITEMSIZE or name in ("strided", "sparse_coo", "sparse_csr"))
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         allowed = _ALLOWED.get((module, name))

@@ -19,6 +19,7 @@ Three things stock DCP (torch 2.13) does not do, and why they live here:
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
@@ -34,8 +35,10 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from ckptctl.adapters.dcp_metadata import is_allowed_metadata_global
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.core.manifest import format_crc32
+from ckptctl.core.verify import is_plain_file_name
 from ckptctl.training.errors import UnsafeCheckpointError
 
 METADATA_NAME = ".metadata"
@@ -197,48 +200,15 @@ def crc32_of_stream(f: Any) -> tuple[int, str]:
 
 # -- safe .metadata -------------------------------------------------------------------------------
 
-_DCP_METADATA_CLASSES = {
-    ("torch.distributed.checkpoint.metadata", n)
-    for n in (
-        "Metadata",
-        "TensorStorageMetadata",
-        "BytesStorageMetadata",
-        "ChunkStorageMetadata",
-        "TensorProperties",
-        "MetadataIndex",
-        "StorageMeta",
-        "_MEM_FORMAT_ENCODING",
-    )
-} | {("torch.distributed.checkpoint.filesystem", "_StorageInfo")}
-# StorageMeta.checkpoint_id is a path object; the module name depends on the writer's Python.
-_PATH_CLASSES = {
-    (m, n)
-    for m in ("pathlib", "pathlib._local")
-    for n in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path")
-}
-
-
 class _MetadataUnpickler(pickle.Unpickler):
     """Resolves only what a DCP ``.metadata`` pickle needs; anything else is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
-        key = (module, name)
-        if (
-            key in _DCP_METADATA_CLASSES
-            or key in _PATH_CLASSES
-            or key == ("collections", "OrderedDict")
-        ):
-            mod = __import__(module, fromlist=[name])
-            return getattr(mod, name)
-        if key == ("torch", "Size"):
-            return torch.Size
-        if key == ("torch.serialization", "_get_layout"):
-            from torch.serialization import _get_layout
-
-            return _get_layout
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
+        # The same allow-list as `ckptctl verify` (adapters/dcp_metadata.py), resolved to the
+        # real classes because dcp.load needs a real Metadata object.
+        if not is_allowed_metadata_global(module, name):
+            raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
+        return getattr(importlib.import_module(module), name)
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent ids are not allowed in .metadata")
@@ -260,14 +230,7 @@ def parse_metadata_bytes(data: bytes, where: str) -> Metadata:
         raise UnsafeCheckpointError(f"{where}: .metadata has no storage index")
     for index, info in storage_data.items():
         rel = getattr(info, "relative_path", None)
-        if (
-            not isinstance(rel, str)
-            or not rel
-            or "/" in rel
-            or "\\" in rel
-            or rel in (".", "..")
-            or "\x00" in rel
-        ):
+        if not isinstance(rel, str) or not is_plain_file_name(rel):
             raise UnsafeCheckpointError(
                 f"{where}: .metadata entry {getattr(index, 'fqn', index)!r} points at {rel!r}, "
                 "which is not a file inside the checkpoint"
