@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
 from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt
-from ckptctl.ops import rollback as ops
+
+if TYPE_CHECKING:
+    from ckptctl.ops import rollback as ops_t
+
+# ops is imported inside each command: `ckptctl --help` stays fast.
 
 RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 StepOpt = Annotated[
@@ -31,7 +35,7 @@ ReasonOpt = Annotated[
 ]
 
 
-def _render(result: ops.RollbackResult) -> None:
+def _render(result: ops_t.RollbackResult) -> None:
     plan = result.plan
     if plan is not None:
         title = "plan" if result.dry_run else result.operation
@@ -69,6 +73,8 @@ def rollback_cmd(
     rename is recorded in ROOT/.ckptctl/audit.jsonl. Refuses (exit 3) when no earlier
     complete checkpoint exists; exit 4 when another ckptctl holds the run-root lock.
     """
+    from ckptctl.ops import rollback as ops
+
     if undo and deep:
         raise typer.BadParameter("--deep verifies the fallback of a rollback; --undo has none", param_hint="--deep")
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
@@ -106,6 +112,8 @@ def _audit_line(rec: dict[str, Any]) -> str:
 
 def audit_cmd(root: RootArg, json_: JsonOpt = False) -> None:
     """Show ROOT's audit log (every rollback, undo and broken stale lock), oldest first."""
+    from ckptctl.ops import rollback as ops
+
     log = ops.read_audit(root)
     if json_:
         out.emit_json(log.to_json())

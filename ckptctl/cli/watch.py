@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
 from ckptctl.cli.options import JsonOpt
-from ckptctl.ops import watch as ops
+
+if TYPE_CHECKING:
+    from ckptctl.ops import watch as ops_t
+
+# The ops/core modules are imported inside the command: `ckptctl --help` stays fast.
 
 
 class LogFormat(str, Enum):
@@ -128,7 +133,13 @@ ExpectIdenticalOpt = Annotated[
     ),
 ]
 
-_DEFAULTS = ops.WatchConfig()
+# WatchConfig's defaults, spelled out so that building the CLI does not import the
+# watch core; tests/test_watch_cli.py checks they agree.
+_DEFAULTS = SimpleNamespace(
+    num_steps=20, window=100, k=4.0, k_median=2.5, min_rel_tol=0.02, persistence=3,
+    min_baseline_points=10, local_points=9,
+)  # fmt: skip
+DEFAULT_TIMEOUT_S = 1800.0
 
 
 def watch(
@@ -138,7 +149,7 @@ def watch(
     log_format: FormatOpt = LogFormat.auto,
     pattern: PatternOpt = None,
     follow: FollowOpt = False,
-    timeout: TimeoutOpt = ops.DEFAULT_TIMEOUT_S,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     steps: StepsOpt = _DEFAULTS.num_steps,
     window: WindowOpt = _DEFAULTS.window,
     k: KOpt = _DEFAULTS.k,
@@ -153,6 +164,8 @@ def watch(
     Exit 0 when continuous, 3 for any other verdict (spike, nan, replayed-steps,
     skipped-steps, diverged, insufficient-data).
     """
+    from ckptctl.ops import watch as ops
+
     config = ops.make_config(
         num_steps=steps,
         window=window,
@@ -190,7 +203,7 @@ def watch(
     raise typer.Exit(exit_codes.OK if result.is_continuous else exit_codes.PROBLEM)
 
 
-def _render(result: ops.WatchResult) -> None:
+def _render(result: ops_t.WatchResult) -> None:
     r = result.report
     where = (
         result.log
