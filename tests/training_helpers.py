@@ -11,13 +11,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.conftest import torchrun_cmd
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "examples" / "train.py"
@@ -30,28 +31,12 @@ RESUMED_RE = re.compile(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
 def torchrun_argv(nproc: int, *train_args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "--max-restarts=0",
-        str(TRAIN),
-        *train_args,
-    ]
+    return [*torchrun_cmd(nproc), "--max-restarts=0", str(TRAIN), *train_args]
 
 
 def run_train(
