@@ -116,6 +116,17 @@ class Storage:
             path = os.path.abspath(os.path.expanduser(path))
         return cls(fs, protocol), path.rstrip("/") or "/"
 
+    @classmethod
+    def open_directory(cls, url: str, **storage_options: Any) -> tuple[Storage, str]:
+        """Like ``for_url``, for a URL that must be an existing directory (a run root or checkpoint)."""
+        storage, path = cls.for_url(url, **storage_options)
+        info = storage.info(path)
+        if info is None:
+            raise NotFoundError(f"{url}: no such directory", hint="check the run root path or URL")
+        if not info.is_dir:
+            raise StorageError(f"{url}: is a file, expected a directory (a run root or a checkpoint)")
+        return storage, path
+
     # -- naming ---------------------------------------------------------------------
 
     @property

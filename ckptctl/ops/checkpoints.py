@@ -43,7 +43,7 @@ from ckptctl.core.records import (
     parse_directory,
     scan_pickle,
 )
-from ckptctl.errors import NotFoundError, ProblemFound, StorageError, StorageUnreachableError
+from ckptctl.errors import ProblemFound, StorageError, StorageUnreachableError
 
 #: Framework "latest" pointer files, read as hints only.
 POINTER_FILES = ("latest", "latest_checkpointed_iteration.txt", "latest_checkpoint", "LATEST")
@@ -205,12 +205,7 @@ def scan_root(storage: Storage, root: str, entries: list[Entry] | None = None) -
 
 
 def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
-    storage, root = Storage.for_url(url)
-    info = storage.info(root)
-    if info is None:
-        raise NotFoundError(f"{url}: no such directory", hint="check the run root path or URL")
-    if not info.is_dir:
-        raise StorageError(f"{url}: is a file, expected a directory (a run root or a checkpoint)")
+    storage, root = Storage.open_directory(url)
     return storage, root, storage.list_dir(root)
 
 

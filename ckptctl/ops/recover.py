@@ -33,7 +33,7 @@ from ckptctl.adapters.storage import Storage
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
 from ckptctl.core.launch_plan import signal_name
-from ckptctl.errors import CkptctlError, NotFoundError, StorageError
+from ckptctl.errors import CkptctlError, StorageError
 
 if TYPE_CHECKING:
     from ckptctl.ops.rollback import RollbackResult
@@ -225,10 +225,7 @@ def recover(
     Raises ``LockHeldError`` (exit 4) when another recovery or rollback holds the
     lock; ``NotFoundError`` when the root does not exist.
     """
-    storage, path = Storage.for_url(root)
-    info = storage.info(path)
-    if info is None or not info.is_dir:
-        raise NotFoundError(f"{root}: no such run root directory", hint="pass the checkpoint run root")
+    storage, path = Storage.open_directory(root)
     report = RecoveryReport(root=storage.url(path), dry_run=dry_run, started=_iso(now()))
     rec = _Recovery(report, on_event, now)
     if dry_run:

@@ -31,7 +31,7 @@ from ckptctl.adapters.storage import Storage
 from ckptctl.core import rollback as plan_core
 from ckptctl.core import verify as v
 from ckptctl.core.rollback import Candidate, Refusal, RollbackPlan
-from ckptctl.errors import NotFoundError, StorageError
+from ckptctl.errors import StorageError
 from ckptctl.ops.checkpoints import (
     CheckOptions,
     CheckpointReport,
@@ -102,13 +102,7 @@ class RollbackResult:
 
 
 def _open(url: str) -> tuple[Storage, str]:
-    storage, root = Storage.for_url(url)
-    info = storage.info(root)
-    if info is None:
-        raise NotFoundError(f"{url}: no such directory", hint="check the run root path or URL")
-    if not info.is_dir:
-        raise StorageError(f"{url}: is a file, expected a run root")
-    return storage, root
+    return Storage.open_directory(url)
 
 
 def _stamp(now: datetime) -> str:
