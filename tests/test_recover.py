@@ -621,6 +621,10 @@ def test_interrupting_recover_stops_the_job_and_does_not_relaunch(tmp_path: Path
         text=True,
         cwd=s.dir,
         env=_env(),
+        # A terminal's Ctrl-C: SIGINT at its default disposition even when the suite runs as a
+        # background job of a non-interactive shell (which starts it ignored; ckptctl rightly
+        # leaves an ignored SIGINT ignored).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     logs = s.root / ".ckptctl" / "logs"
     try:
@@ -795,7 +799,7 @@ def test_on_unknown_stop_without_logs_stops(tmp_path: Path, golden: dict[int, Pa
     [
         (["--on-unknown", "maybe"], 2, "--on-unknown must be 'resume' or 'stop'"),
         (["--max-attempts", "0"], 2, "--max-attempts"),
-        (["{missing}"], 1, "no such run root"),
+        (["{missing}"], 1, "no such directory"),
     ],
 )
 def test_bad_invocations_fail_with_a_message_and_touch_nothing(
