@@ -298,16 +298,7 @@ def _read(storage: Storage, path: str) -> bytes | None:
 
 
 def _remove(storage: Storage, path: str) -> None:
-    try:
-        if storage.is_local:
-            os.unlink(path)
-        else:
-            storage.fs.rm_file(path)
-            storage.invalidate_cache(storage.parent(path))
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise StorageError(f"{storage.url(path)}: cannot remove the lock file: {e}") from e
+    storage.remove_file(path)
 
 
 def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[str]) -> str | None:

@@ -343,10 +343,22 @@ class Storage:
             self.fs.copy(src, dst, recursive=True)
             self.fs.rm(src, recursive=True)
 
-        try:
-            self._call("rename", src, run)
-        except FileExistsError as e:  # pragma: no cover - mapped by _call's OSError branch
-            raise StorageError(f"{self.url(dst)}: already exists") from e
+        self._call("rename", src, run)
+
+    def remove_file(self, path: str) -> None:
+        """Delete one file; a file that is already gone is fine (lock files, commit markers)."""
+
+        def run() -> None:
+            try:
+                if self.is_local:
+                    os.unlink(path)
+                else:
+                    self.fs.rm_file(path)
+            except FileNotFoundError:
+                return
+            self.invalidate_cache(self.parent(path))
+
+        self._call("delete", path, run)
 
     def remove_tree(self, path: str) -> None:
         """Delete a directory tree. Only retention (`gc --yes`) calls this."""

@@ -558,8 +558,7 @@ class Checkpointer:
                     step=None,
                     reason="a new save at the same step (resumed from an earlier checkpoint)",
                 )
-                if self._storage.exists(marker):
-                    self._storage.fs.rm(marker)
+                self._storage.remove_file(marker)
             except Exception as e:
                 err = str(e)
         err = self._coord.broadcast_json(err)

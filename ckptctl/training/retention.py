@@ -90,8 +90,7 @@ def delete_checkpoint_dir(storage: Storage, path: str) -> None:
         storage.remove_tree(doomed)
         return
     marker = Storage.join(path, COMMIT_MARKER_NAME)
-    if storage.exists(marker):
-        storage.fs.rm(marker)
+    storage.remove_file(marker)
     storage.remove_tree(path)
 
 
