@@ -418,3 +418,16 @@ def test_file_url_is_the_same_as_a_path(run_root: Path) -> None:
     loc = find_latest_complete(f"file://{run_root}")
     assert loc.checkpoint is not None and loc.checkpoint.name == "step_20"
     assert loc.checkpoint.path == str(run_root / "step_20")
+
+
+def test_nested_layout_with_no_committed_dcp_dir_is_incomplete_not_unsupported(
+    golden: dict[int, Path], tmp_path: Path
+) -> None:
+    ck = tmp_path / "out" / "checkpoint-500"
+    shutil.copytree(golden[2] / "run" / "step_10", ck / "pytorch_model_fsdp_0")
+    (ck / "pytorch_model_fsdp_0" / ".metadata").unlink()
+    (ck / "trainer_state.json").write_text('{"global_step": 500}')
+    r = verify_target(str(ck)).checkpoints[0]
+    assert r.kind == "dcp-nested"
+    assert r.status == "incomplete"
+    assert r.problems == ["pytorch_model_fsdp_0/: no .metadata: the save never committed"]

@@ -288,6 +288,7 @@ def inspect_checkpoint(
 
     # -- the DCP directories inside ------------------------------------------------------
     units: list[_Unit] = []
+    uncommitted_subdirs = False
     all_files: dict[str, int] = dict(files)
     if METADATA_NAME in files or any(RANK_METADATA_NAME.match(n) for n in files):
         units.append(_Unit("", files))
@@ -301,6 +302,7 @@ def inspect_checkpoint(
             if METADATA_NAME in sub_files or any(RANK_METADATA_NAME.match(n) for n in sub_files):
                 units.append(_Unit(sd.name, sub_files))
             elif any(n.endswith(SHARD_SUFFIX) for n in sub_files):
+                uncommitted_subdirs = True
                 problems.append(
                     v.Problem(v.INCOMPLETE, f"{sd.name}/: no .metadata: the save never committed")
                 )
@@ -340,11 +342,11 @@ def inspect_checkpoint(
                 v.Problem(v.INCOMPLETE, f"uncommitted: {MANIFEST_NAME} present but no {COMMIT_MARKER_NAME}")
             )
 
-    if not units:
-        kind, problem = _kind_without_dcp(files, [s.name for s in subdirs])
-        report.kind = kind
-        if not any(p.message.endswith("never committed") for p in problems) or kind != "dcp":
-            problems.append(problem)
+    if not units and uncommitted_subdirs:
+        report.kind = "dcp-nested"  # nested DCP dirs, none committed: already reported above
+    elif not units:
+        report.kind, problem = _kind_without_dcp(files, [s.name for s in subdirs])
+        problems.append(problem)
     else:
         report.kind = "dcp-nested" if units[0].subdir else "dcp"
 
