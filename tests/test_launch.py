@@ -63,7 +63,13 @@ def write_config(tmp_path: Path, *, run_root: Path | None = None, **launch: Any)
 
 def run_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CKPTCTL, "launch", *args], capture_output=True, text=True, env=_env(), cwd=cwd, timeout=timeout
+        # this interpreter, so the default launcher in the argv is the one TORCHRUN names
+        [sys.executable, "-m", "ckptctl", "launch", *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=cwd,
+        timeout=timeout,
     )
 
 
