@@ -188,6 +188,17 @@ def lr_lambda(total: int) -> Any:
     return f
 
 
+def say(text: str, stream: Any = None) -> None:
+    """Print one line with a single write.
+
+    ckptctl launches jobs with PYTHONUNBUFFERED=1, where ``print`` writes the text and the
+    newline separately; ranks that share torchrun's output pipe could then splice their lines.
+    """
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()
+
+
 def kill_self() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -268,12 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             step = result.step
             tokens_seen = result.tokens_seen or 0
             for s in result.skipped:
-                print(f"ckptctl-train skipped {s}", file=sys.stderr, flush=True)
+                say(f"ckptctl-train skipped {s}", sys.stderr)
             if rank == 0:
-                print(
+                say(
                     f"ckptctl-train resumed from={result.path} step={result.step} world_size={world} "
-                    f"saved_world_size={result.saved_world_size}",
-                    flush=True,
+                    f"saved_world_size={result.saved_world_size}"
                 )
 
     tokens_per_step = args.global_batch_size * args.seq_len
@@ -307,10 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                 dist.all_reduce(mean_loss)
                 mean_loss /= world
             if rank == 0 or args.log_all_ranks:
-                print(
+                say(
                     f"ckptctl-train step={step} loss={float(mean_loss)!r} tokens_seen={tokens_seen} "
-                    f"lr={lr:.6g} rank={rank}",
-                    flush=True,
+                    f"lr={lr:.6g} rank={rank}"
                 )
             if args.step_sleep_s:
                 import time
@@ -325,13 +334,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         ckpt.close()
         if rank == 0:
-            print(f"ckptctl-train done step={step}", flush=True)
+            say(f"ckptctl-train done step={step}")
     except PreemptedExit as e:
         if rank == 0:
-            print(
+            say(
                 f"ckptctl-train preempted signal={e.signal_name} step={e.step} checkpoint={e.checkpoint} "
-                f"exit_code={PREEMPTED_EXIT_CODE}",
-                flush=True,
+                f"exit_code={PREEMPTED_EXIT_CODE}"
             )
         ckpt.close()
         exit_code = PREEMPTED_EXIT_CODE

@@ -18,6 +18,15 @@ import os
 import signal
 import sys
 import time
+from typing import TextIO
+
+
+def say(text: str, stream: TextIO | None = None) -> None:
+    """One write per line: the job runs with PYTHONUNBUFFERED=1, where ``print`` writes the
+    text and its newline separately, so two ranks sharing torchrun's pipe could splice lines."""
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()
 
 
 def main() -> int:
@@ -38,10 +47,7 @@ def main() -> int:
     if args.touch and rank == 0:
         with open(args.touch, "w") as f:
             f.write("ran\n")
-    print(
-        f"rank={rank} world={world} pid={os.getpid()} ppid={os.getppid()} resume_from={args.resume_from}",
-        flush=True,
-    )
+    say(f"rank={rank} world={world} pid={os.getpid()} ppid={os.getppid()} resume_from={args.resume_from}")
     if args.gloo:
         import torch
         import torch.distributed as dist
@@ -49,15 +55,15 @@ def main() -> int:
         dist.init_process_group("gloo")
         t = torch.tensor([float(rank)])
         dist.all_reduce(t)
-        print(f"rank={rank} allreduce={int(t.item())}", flush=True)
+        say(f"rank={rank} allreduce={int(t.item())}")
         dist.destroy_process_group()
     for step in range(args.steps):
-        print(f"rank={rank} step={step}", flush=True)
+        say(f"rank={rank} step={step}")
     if args.mode == "fail" and rank == args.fail_rank:
-        print(f"rank={rank} failing with {args.fail_code}", file=sys.stderr, flush=True)
+        say(f"rank={rank} failing with {args.fail_code}", sys.stderr)
         return args.fail_code
     if args.mode in ("sleep", "ignore-term"):
-        print(f"rank={rank} ready", flush=True)
+        say(f"rank={rank} ready")
         time.sleep(300)
     return 0
 

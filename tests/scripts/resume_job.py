@@ -42,10 +42,19 @@ import re
 import shutil
 import sys
 import time
+from typing import TextIO
 
 #: How far above the curve the losses of a bad resume sit.
 SPIKE_JUMP = 3.0
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def say(text: str, stream: TextIO | None = None) -> None:
+    """One write per line (PYTHONUNBUFFERED ``print`` writes the newline separately, and ranks
+    share torchrun's pipe)."""
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()
 
 
 def curve_loss(step: int) -> float:
@@ -104,16 +113,9 @@ def main() -> int:
             return 2
         start = int(m.group(1))
         if rank == 0:
-            print(
-                f"ckptctl-train resumed from={path} step={start} world_size={world} saved_world_size={world}",
-                flush=True,
-            )
+            say(f"ckptctl-train resumed from={path} step={start} world_size={world} saved_world_size={world}")
         if args.fail_on_resume:
-            print(
-                f"rank={rank} failing right after the resume from step {start}",
-                file=sys.stderr,
-                flush=True,
-            )
+            say(f"rank={rank} failing right after the resume from step {start}", sys.stderr)
             return 1
 
     failing_after: int | None = None
@@ -131,11 +133,11 @@ def main() -> int:
     for step in range(start + 1, args.steps + 1):
         loss = curve_loss(step) + (SPIKE_JUMP if spiking else 0.0)
         if rank == 0:
-            print(loss_line(step, loss), flush=True)
+            say(loss_line(step, loss))
             if path is not None and step in (args.save_at_step, failing_after):
-                print(f"resume_job: saved {save_copy(path, step)}", flush=True)
+                say(f"resume_job: saved {save_copy(path, step)}")
         if step == failing_after and rank == 0:  # after its save; the other ranks finish
-            print(f"rank={rank} failing after saving step {step}", file=sys.stderr, flush=True)
+            say(f"rank={rank} failing after saving step {step}", sys.stderr)
             return 1
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
@@ -143,7 +145,7 @@ def main() -> int:
         time.sleep(args.hang_s)  # still "training": only the loss watch's stop ends this
         return 0
     if rank == 0:
-        print(f"ckptctl-train done step={args.steps}", flush=True)
+        say(f"ckptctl-train done step={args.steps}")
     return 0
 
 
