@@ -74,3 +74,18 @@ def test_a_one_process_checkpoint_loads_on_two_ranks(tmp_path: Path) -> None:
     # both ranks get the weights; rank 1 had no RNG state in a 1-process checkpoint, and says so
     assert out[0] == f"{expected} rng_note=False"
     assert out[1] == f"{expected} rng_note=True"
+
+
+def test_torchdata_stateful_dataloader_resumes_each_rank_at_its_own_position(tmp_path: Path) -> None:
+    """Passed without a PerRank wrapper: recognised as per-rank state, so each rank gets its own."""
+    out = run_two_ranks(tmp_path, "stateful-dataloader")
+    for rank in (0, 1):
+        assert out[rank].startswith("batches_equal=True rng_equal=True distinct=True"), out[rank]
+    # the two ranks read disjoint shards, so their resumed batches differ
+    assert out[0].split("got=")[1] != out[1].split("got=")[1]
+    step = tmp_path / "run" / "step_3"
+    from ckptctl.adapters.dcp_metadata import read_index
+
+    index = read_index((step / ".metadata").read_bytes())
+    keys = set(index.tensors) | set(index.byte_fqns)
+    assert any(k.startswith("loader.rank0.") for k in keys) and any(k.startswith("loader.rank1.") for k in keys)

@@ -277,12 +277,47 @@ def multirank_worker(
                 f"sum={float(model.weight.sum()):.6f} w0={result.saved_world_size} "
                 f"rng_note={any('RNG' in n for n in result.notes)}"
             )
+        elif scenario == "stateful-dataloader":
+            outcome = _stateful_dataloader_round_trip(ckpt, root, model, rank, world)
         else:
             raise ValueError(scenario)
         ckpt.close()
         results.put((rank, outcome))
     finally:
         dist.destroy_process_group()
+
+
+def _stateful_dataloader_round_trip(ckpt: Any, root: str, model: Any, rank: int, world: int) -> str:
+    """torchdata's StatefulDataLoader with 2 worker processes, passed *unwrapped*: saved mid-epoch
+    per rank, restored into a fresh loader; the next batches and the global RNG must match."""
+    import torch
+    from torch.utils.data import DistributedSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    data = list(range(60))
+
+    def make(seed: int) -> Any:
+        sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=7)
+        gen = torch.Generator().manual_seed(seed)
+        return StatefulDataLoader(data, batch_size=3, sampler=sampler, num_workers=2, generator=gen)
+
+    torch.manual_seed(1000 + rank)
+    loader = make(100 + rank)  # per-rank seeds: the ranks' loader states differ
+    it = iter(loader)
+    before = [next(it).tolist() for _ in range(3)]
+    ckpt.save(3, {"model": model, "loader": loader})
+    expected = [next(it).tolist() for _ in range(3)]
+    expected_rand = float(torch.rand(()))
+    del it
+
+    torch.manual_seed(5)
+    fresh = make(999)  # another generator: only the restored state can give the same batches
+    ckpt.load(f"{root}/step_3", {"model": model, "loader": fresh})
+    it2 = iter(fresh)
+    got = [next(it2).tolist() for _ in range(3)]
+    same_rand = float(torch.rand(())) == expected_rand
+    seen = sorted(x for b in before + got for x in b)
+    return f"batches_equal={got == expected} rng_equal={same_rand} distinct={len(set(seen)) == len(seen)} got={got}"
 
 
 class _Holder:

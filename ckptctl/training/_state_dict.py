@@ -40,6 +40,17 @@ class Split:
     plain: dict[str, Any] = field(default_factory=dict)
 
 
+#: Stateful classes whose state is each rank's own, recognised without a ``PerRank`` wrapper
+#: (by module and class name, so torchdata is never imported here).
+PER_RANK_CLASSES = frozenset({("torchdata.stateful_dataloader.stateful_dataloader", "StatefulDataLoader")})
+
+
+def is_per_rank_by_nature(value: Any) -> bool:
+    """True for torchdata's ``StatefulDataLoader`` (and subclasses): each rank's loader is at
+    its own position in its own shard, so saving it as replicated state would keep one rank's."""
+    return any((c.__module__, c.__qualname__) in PER_RANK_CLASSES for c in type(value).__mro__)
+
+
 def split_state(state: Mapping[str, Any]) -> Split:
     split = Split()
     for key, value in state.items():
@@ -63,6 +74,8 @@ def split_state(state: Mapping[str, Any]) -> Split:
             split.optim_key, split.optimizer = key, value
         elif isinstance(value, PerRank):
             split.per_rank[key] = value
+        elif is_per_rank_by_nature(value):
+            split.per_rank[key] = PerRank(value)
         elif hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
             split.stateful[key] = value
         else:

@@ -204,8 +204,8 @@ class Checkpointer:
     FSDP2) and one optimizer, which are saved sharded and reshardable through
     ``torch.distributed.checkpoint.state_dict``; any object with
     ``state_dict``/``load_state_dict`` (LR scheduler, ``ResumableBatchSampler``),
-    treated as identical on every rank; ``PerRank(obj)`` for per-rank state (a
-    ``StatefulDataLoader``); and plain values (ints, floats, strings, lists and
+    treated as identical on every rank; ``PerRank(obj)`` for per-rank state
+    (torchdata's ``StatefulDataLoader`` is per-rank without it); and plain values (ints, floats, strings, lists and
     dicts of those, tensors), which ``load`` writes back into the dict. RNG
     state (per rank) and the step/tokens/samples counters are added by the
     checkpointer.
