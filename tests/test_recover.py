@@ -238,7 +238,7 @@ class Scene:
     config: Path
 
 
-def crashed_scene(tmp_path: Path, crashed: CrashedRun) -> Scene:
+def crashed_scene(tmp_path: Path, crashed: CrashedRun, *extra_args: str) -> Scene:
     root = tmp_path / "run"
     shutil.copytree(crashed.root, root)
     (tmp_path / "train.log").write_text(crashed.log)
@@ -247,7 +247,7 @@ def crashed_scene(tmp_path: Path, crashed: CrashedRun) -> Scene:
         tmp_path,
         root,
         script=TRAIN,
-        script_args=["--ckpt-root", str(root), "--steps", "30", "--save-every", "6"],
+        script_args=["--ckpt-root", str(root), "--steps", "30", "--save-every", "6", *extra_args],
     )
     return Scene(tmp_path, root, cfg)
 
@@ -273,7 +273,8 @@ def attempt_log(attempt: dict[str, Any]) -> str:
 
 @pytest.mark.slow
 def test_infra_fault_plans_the_drain_and_resumes_bit_for_bit(tmp_path: Path, crashed: CrashedRun) -> None:
-    s = crashed_scene(tmp_path, crashed)
+    # --keep-last 3: the job's retention runs while recover holds the run-root lock
+    s = crashed_scene(tmp_path, crashed, "--keep-last", "3")
     t0 = time.monotonic()
     code, doc, err = recover_json("--config", str(s.config), "--logs", "kern.log", "--logs", "train.log", cwd=s.dir)
     elapsed = time.monotonic() - t0
@@ -317,7 +318,8 @@ def test_infra_fault_plans_the_drain_and_resumes_bit_for_bit(tmp_path: Path, cra
     assert rerun == [13, 14, 15, 16, 17]
     assert [after[i] for i in rerun] == [before[i] for i in rerun]
     assert att["watch"]["rerun"]["num_identical"] == 5
-    assert step_dirs(s.root) == ["step_12", "step_18", "step_24", "step_30", "step_6"]
+    # keep_last=3 applied by the job under recover's lock (recover passed it the lock's token)
+    assert step_dirs(s.root) == ["step_18", "step_24", "step_30"]
 
     # the job's output went to stderr (stdout held nothing but the document: recover_json parsed all of it)
     assert "ckptctl-train step=30 " in err
@@ -327,8 +329,11 @@ def test_infra_fault_plans_the_drain_and_resumes_bit_for_bit(tmp_path: Path, cra
     assert report.parent == s.root / ".ckptctl" and re.fullmatch(r"recovery-\d{8}T\d{6}Z(-\d+)?\.json", report.name)
     assert json.loads(report.read_text()) == doc
     records = audit_records(s.root)
-    assert [r["action"] for r in records] == ["recover"], "a drain that did not run must not be audited"
-    assert records[0]["outcome"] == "recovered" and records[0]["report"] == str(report)
+    assert [r["action"] for r in records] == ["retention-delete", "retention-delete", "recover"], (
+        "a drain that did not run must not be audited"
+    )
+    assert [r["from"] for r in records[:2]] == ["step_6", "step_12"]
+    assert records[2]["outcome"] == "recovered" and records[2]["report"] == str(report)
     assert not (s.root / ".ckptctl" / "lock").exists()
     assert elapsed < 180
 
@@ -357,6 +362,8 @@ def test_execute_drain_runs_the_scheduler_cli_and_audits_it(tmp_path: Path, gold
     assert doc["outcome"] == "recovered"
     (att,) = doc["attempts"]
     assert att["checkpoint_step"] == 30 and att["exit_code"] == 0 and att["watch_verdict"] == "continuous"
+    # the job got the token of the run-root lock recover held (its own retention may act)
+    assert "resume_job: lock token passed=True matches=True" in attempt_log(att)
 
 
 @pytest.mark.parametrize("kind, failing", [("slurm", "exits 1"), ("kubernetes", "not installed")])

@@ -128,3 +128,89 @@ def test_keep_last_on_a_real_root_with_incomplete_dirs(tmp_path: Path) -> None:
     ]
     deleted = sorted(r["from"] for r in records if r["action"] == "retention-delete")
     assert deleted == sorted(["step_10", "step_20", "step_30", "step_40", "step_12.tmp-dead01"])
+
+
+def _steps_root(tmp_path: Path, steps: list[int]) -> Path:
+    root = tmp_path / "run"
+    for step in steps:
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / "shard").write_bytes(b"x")
+    return root
+
+
+def test_retention_takes_the_run_root_lock_and_releases_it(tmp_path: Path) -> None:
+    from ckptctl.adapters.runlock import lock_path, read_lock
+    from ckptctl.adapters.storage import Storage
+    from ckptctl.training.retention import apply_retention
+
+    root = _steps_root(tmp_path, [10, 20, 30])
+    seen_holders: list[str | None] = []
+
+    def is_complete(url: str) -> bool:
+        # called while the pass decides: the lock must be ours then
+        storage, path = Storage.for_url(str(root))
+        holder = read_lock(storage, path)
+        seen_holders.append(holder.operation if holder else None)
+        return True
+
+    result = apply_retention(str(root), RetentionPolicy(keep_last=1), is_complete=is_complete)
+    assert result.skipped is None and sorted(result.deleted) == ["step_10", "step_20"]
+    assert seen_holders and set(seen_holders) == {"retention"}
+    storage, path = Storage.for_url(str(root))
+    assert not Path(lock_path(storage, path)).exists()
+    assert sorted(p.name for p in root.iterdir() if p.name != ".ckptctl") == ["step_30"]
+
+
+def test_retention_skips_while_another_operation_holds_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, run_lock
+    from ckptctl.adapters.storage import Storage
+    from ckptctl.training.retention import apply_retention
+
+    root = _steps_root(tmp_path, [10, 20, 30])
+    storage, path = Storage.for_url(str(root))
+    monkeypatch.delenv(INHERITED_TOKEN_ENV, raising=False)
+    with run_lock(storage, path, operation="rollback") as held:
+        result = apply_retention(
+            str(root), RetentionPolicy(keep_last=1), is_complete=lambda url: True
+        )
+        assert result.deleted == [] and result.kept == []
+        assert result.skipped is not None and "rollback by" in result.skipped
+        assert sorted(p.name for p in root.iterdir() if p.name != ".ckptctl") == [
+            "step_10",
+            "step_20",
+            "step_30",
+        ]
+        # a job launched by `ckptctl recover` gets recover's token: its retention proceeds
+        monkeypatch.setenv(INHERITED_TOKEN_ENV, held.info.token)
+        result = apply_retention(
+            str(root), RetentionPolicy(keep_last=1), is_complete=lambda url: True
+        )
+        assert result.skipped is None and sorted(result.deleted) == ["step_10", "step_20"]
+        # a stale or foreign token does not count
+        monkeypatch.setenv(INHERITED_TOKEN_ENV, "not-the-holders-token")
+        (root / "step_40").mkdir()
+        result = apply_retention(
+            str(root), RetentionPolicy(keep_last=1), is_complete=lambda url: True
+        )
+        assert result.skipped is not None and result.deleted == []
+    # released: the next pass catches up
+    monkeypatch.delenv(INHERITED_TOKEN_ENV)
+    result = apply_retention(str(root), RetentionPolicy(keep_last=1), is_complete=lambda url: True)
+    assert result.skipped is None and result.deleted == ["step_30"]
+    assert sorted(p.name for p in root.iterdir() if p.name != ".ckptctl") == ["step_40"]
+
+
+def test_a_hidden_directory_left_by_a_killed_purge_is_removed_by_the_next_pass(
+    tmp_path: Path,
+) -> None:
+    from ckptctl.training.retention import apply_retention
+
+    root = _steps_root(tmp_path, [20, 30])
+    # what a kill between the rename and the rmtree leaves behind
+    (root / "step_10.tmp-deleting-0a1b2c3d").mkdir()
+    (root / "step_10.tmp-deleting-0a1b2c3d" / "shard").write_bytes(b"x")
+    result = apply_retention(str(root), RetentionPolicy(keep_last=2), is_complete=lambda url: True)
+    assert result.deleted == ["step_10.tmp-deleting-0a1b2c3d"]
+    assert sorted(p.name for p in root.iterdir() if p.name != ".ckptctl") == ["step_20", "step_30"]

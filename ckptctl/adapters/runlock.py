@@ -65,6 +65,9 @@ _HOLD_MAX_S = 60.0
 #: Protocols whose object store honours S3's ``If-None-Match: *`` through s3fs.
 _CONDITIONAL_PUT_PROTOCOLS = frozenset({"s3", "s3a"})
 _GUARD_WAIT_S = 2.0
+#: Set by ``ckptctl recover`` for the job it launches: the token of the lock recover holds.
+#: The job's own retention (``ckptctl.training``) then knows the holder is its supervisor.
+INHERITED_TOKEN_ENV = "CKPTCTL_RUN_LOCK_TOKEN"
 
 EXCLUSIVE_CREATE = "exclusive-create"
 CONDITIONAL_PUT = "conditional-put"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
 import yaml
@@ -176,6 +176,7 @@ def run_launch(
     forward_signals: bool = True,
     cwd: str | None = None,
     now: datetime | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> LaunchResult:
     """Execute ``plan``: create ``<log_dir>/launch-<UTC>.log``, start the argv, supervise to the end.
 
@@ -186,6 +187,8 @@ def run_launch(
     * ``on_start(supervisor)``: once the child runs; keep it to call ``supervisor.stop()``
       from another thread, or to read ``supervisor.pid``.
     * ``forward_signals``: SIGINT/SIGTERM/SIGHUP to ckptctl stop the job (main thread only).
+    * ``extra_env``: variables for the job on top of ``plan.env`` that are not part of the
+      plan shown to people (recover's run-root lock token).
 
     Returns when the job and every process it started are gone. Raises ``LaunchError``
     (exit 1) when the job cannot be started; a job that fails is a result, not an error.
@@ -193,7 +196,7 @@ def run_launch(
     log_path = create_log_file(plan.log_dir, now or datetime.now(timezone.utc))
     supervisor = Supervisor(
         plan.argv,
-        env=plan.env,
+        env={**plan.env, **(extra_env or {})},
         cwd=cwd,
         log_path=log_path,
         on_output=on_output,

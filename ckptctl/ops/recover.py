@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
 from ckptctl.adapters import audit
-from ckptctl.adapters.runlock import HeldLock, read_lock, run_lock
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock, read_lock, run_lock
 from ckptctl.adapters.storage import Storage
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
@@ -452,7 +452,13 @@ def _walk(
 
         from ckptctl.ops.launch import run_launch
 
-        run = run_launch(plan, on_output=on_output, on_line=on_line if watcher is not None else None)
+        run = run_launch(
+            plan,
+            on_output=on_output,
+            on_line=on_line if watcher is not None else None,
+            # the job's own retention may act while recover holds the lock on its behalf
+            extra_env={INHERITED_TOKEN_ENV: held.info.token} if held is not None else None,
+        )
         verdict = watch_state.get("verdict")
         if verdict is None and watcher is not None:
             final = watcher.result()

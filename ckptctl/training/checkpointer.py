@@ -637,6 +637,11 @@ class Checkpointer:
                 )
                 for err in retention.errors:
                     logger.warning("ckptctl: retention: %s", err)
+                if retention.skipped:
+                    logger.warning(
+                        "ckptctl: retention skipped this save (the next save retries): %s",
+                        retention.skipped,
+                    )
             except Exception as e:  # never fail a committed save because cleanup failed
                 logger.warning("ckptctl: retention failed: %s", e)
         duration = time.perf_counter() - t0

@@ -16,6 +16,7 @@ appended to ``<root>/.ckptctl/audit.jsonl``.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 from collections.abc import Callable, Collection
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ckptctl.adapters import audit
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, read_lock, run_lock
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.manifest import COMMIT_MARKER_NAME
 from ckptctl.core.retention import RetentionCandidate, RetentionPolicy, plan_retention
+from ckptctl.errors import LockHeldError
 
 FINAL_NAME_RE = re.compile(r"^step_(?P<step>\d+)$")
 TEMP_NAME_RE = re.compile(r"^step_(?P<step>\d+)\.tmp-[0-9A-Za-z-]+$")
@@ -36,6 +39,8 @@ class RetentionResult:
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    """Why the pass did nothing: another operation holds the run-root lock."""
 
 
 def _default_is_complete(url: str) -> bool:
@@ -77,21 +82,44 @@ def scan_candidates(
     return out
 
 
+def hide_checkpoint_dir(storage: Storage, path: str) -> str:
+    """Make one checkpoint directory invisible to readers; return the path left to purge.
+
+    POSIX: rename to ``<name>.tmp-deleting-<hex>`` (atomic; a temporary name is never
+    complete, and a later pass removes it if the purge never happens). Object stores: remove
+    the commit marker, so the directory is uncommitted before any shard goes.
+    """
+    if storage.is_local:
+        if TEMP_NAME_RE.match(Storage.basename(path)):
+            return path
+        doomed = f"{path}.tmp-deleting-{secrets.token_hex(4)}"
+        storage.rename(path, doomed)
+        return doomed
+    storage.remove_file(Storage.join(path, COMMIT_MARKER_NAME))
+    return path
+
+
 def delete_checkpoint_dir(storage: Storage, path: str) -> None:
     """Delete one checkpoint directory so that no reader ever sees it half-deleted as complete."""
-    if storage.is_local:
-        doomed = (
-            f"{path}.tmp-deleting-{secrets.token_hex(4)}"
-            if not TEMP_NAME_RE.match(Storage.basename(path))
-            else path
-        )
-        if doomed != path:
-            storage.rename(path, doomed)
-        storage.remove_tree(doomed)
-        return
-    marker = Storage.join(path, COMMIT_MARKER_NAME)
-    storage.remove_file(marker)
-    storage.remove_tree(path)
+    storage.remove_tree(hide_checkpoint_dir(storage, path))
+
+
+def _enter_lock(stack: contextlib.ExitStack, storage: Storage, root: str) -> str | None:
+    """Take the run-root lock for this pass; return why not when someone else holds it.
+
+    A job launched by ``ckptctl recover`` runs while recover holds the lock; recover passes
+    its token in ``CKPTCTL_RUN_LOCK_TOKEN``, and a holder with that token is our supervisor,
+    which only acts on the run root when the job is stopped.
+    """
+    try:
+        stack.enter_context(run_lock(storage, root, operation="retention"))
+        return None
+    except LockHeldError as e:
+        inherited = os.environ.get(INHERITED_TOKEN_ENV)
+        holder = read_lock(storage, root)
+        if inherited and holder is not None and holder.token == inherited:
+            return None
+        return e.message
 
 
 def apply_retention(
@@ -103,28 +131,48 @@ def apply_retention(
     is_complete: Callable[[str], bool] = _default_is_complete,
     dry_run: bool = False,
 ) -> RetentionResult:
-    """Delete what ``plan_retention`` says to delete under ``root_url`` (nothing if ``dry_run``)."""
+    """Delete what ``plan_retention`` says to delete under ``root_url`` (nothing if ``dry_run``).
+
+    The decision, the hiding (rename or marker removal) and the audit records happen under
+    the run-root lock, so ``ckptctl rollback`` never plans against a directory retention is
+    taking away; the bulk removal of hidden directories happens after the lock is released.
+    When another operation holds the lock, the pass is skipped (``result.skipped`` says why)
+    and the next save's pass catches up.
+    """
     storage, root = Storage.for_url(root_url)
-    candidates = scan_candidates(
-        storage, root, in_flight=in_flight, known_complete=known_complete, is_complete=is_complete
-    )
-    decisions = plan_retention(candidates, policy)
     result = RetentionResult()
-    for cand, keep in zip(candidates, decisions, strict=True):
-        if keep:
-            result.kept.append(cand.name)
-            continue
-        if dry_run:
-            result.deleted.append(cand.name)
-            continue
-        path = Storage.join(root, cand.name)
+    doomed: list[tuple[str, str]] = []
+    with contextlib.ExitStack() as stack:
+        if not dry_run:
+            refusal = _enter_lock(stack, storage, root)
+            if refusal is not None:
+                result.skipped = refusal
+                return result
+        candidates = scan_candidates(
+            storage, root, in_flight=in_flight, known_complete=known_complete, is_complete=is_complete
+        )
+        decisions = plan_retention(candidates, policy)
+        for cand, keep in zip(candidates, decisions, strict=True):
+            if keep:
+                result.kept.append(cand.name)
+                continue
+            if dry_run:
+                result.deleted.append(cand.name)
+                continue
+            try:
+                hidden = hide_checkpoint_dir(storage, Storage.join(root, cand.name))
+            except Exception as e:  # retention must never take training down
+                result.errors.append(f"{cand.name}: {e}")
+                continue
+            doomed.append((cand.name, hidden))
+            _audit(storage, root, cand, policy)
+    for name, hidden in doomed:
         try:
-            delete_checkpoint_dir(storage, path)
-        except Exception as e:  # retention must never take training down
-            result.errors.append(f"{cand.name}: {e}")
+            storage.remove_tree(hidden)
+        except Exception as e:
+            result.errors.append(f"{name}: hidden as {Storage.basename(hidden)} but not removed: {e}")
             continue
-        result.deleted.append(cand.name)
-        _audit(storage, root, cand, policy)
+        result.deleted.append(name)
     return result
 
 

@@ -36,6 +36,7 @@ bad resume as bad as the one it came from.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -114,6 +115,15 @@ def main() -> int:
         start = int(m.group(1))
         if rank == 0:
             say(f"ckptctl-train resumed from={path} step={start} world_size={world} saved_world_size={world}")
+            # ckptctl recover passes the token of the run-root lock it holds (the training
+            # library's retention uses it); check it against the lock file itself
+            token = os.environ.get("CKPTCTL_RUN_LOCK_TOKEN")
+            lock_file = os.path.join(os.path.dirname(path), ".ckptctl", "lock")
+            held = None
+            if os.path.isfile(lock_file):
+                with open(lock_file) as f:
+                    held = json.load(f).get("token")
+            say(f"resume_job: lock token passed={token is not None} matches={token is not None and token == held}")
         if args.fail_on_resume:
             say(f"rank={rank} failing right after the resume from step {start}", sys.stderr)
             return 1
