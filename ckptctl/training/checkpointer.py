@@ -155,6 +155,33 @@ class LoadResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: Below this much tensor data, changing torch's thread count costs more than the copy gains.
+PARALLEL_STAGING_MIN_BYTES = 32 << 20
+
+
+def _tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _rank_cpu_share() -> int:
+    """Usable CPUs divided among the ranks on this host (torchrun's ``LOCAL_WORLD_SIZE``)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, cpus // local)
+
+
 def _storage_options(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     import json
 
@@ -223,6 +250,7 @@ class Checkpointer:
         thread_count: int = 1,
         storage_options: Mapping[str, Any] | None = None,
         on_save_phase: Callable[[str, int], None] | None = None,
+        staging_threads: int | None = None,
     ) -> None:
         """
         Args:
@@ -236,11 +264,18 @@ class Checkpointer:
             storage_options: fsspec options for object stores (merged over ``CKPTCTL_STORAGE_OPTIONS``).
             on_save_phase: called as ``fn(phase, step)`` at each phase in ``SAVE_PHASES``
                 (fault injection and tracing; runs in the saving thread).
+            staging_threads: torch intra-op threads for the async save's host copy of CPU
+                tensors, set only for the copy while training waits on it and only when the
+                state holds at least ``PARALLEL_STAGING_MIN_BYTES`` (None: this rank's share
+                of the CPUs, ``usable CPUs // LOCAL_WORLD_SIZE``, at least the current setting).
         """
         if save_every is not None and (isinstance(save_every, bool) or save_every < 1):
             raise ValueError(f"save_every must be >= 1 or None, got {save_every!r}")
         if thread_count < 1:
             raise ValueError(f"thread_count must be >= 1, got {thread_count!r}")
+        if staging_threads is not None and staging_threads < 1:
+            raise ValueError(f"staging_threads must be >= 1 or None, got {staging_threads!r}")
+        self._staging_threads = staging_threads or _rank_cpu_share()
         self._retention = RetentionPolicy(keep_last=keep_last) if keep_last is not None else None
         self._storage, self._root_path = Storage.for_url(root)
         self.root = self._storage.url(self._root_path)
@@ -533,7 +568,21 @@ class Checkpointer:
                     use_non_blocking_copy=cuda,
                 )
             )
-        staged = self._stager.stage(sd)
+        # Training is blocked on this copy: give it this rank's share of the CPUs (a large
+        # tensor's copy_ is split over intra-op threads), then put the setting back.
+        before = torch.get_num_threads()
+        wanted = (
+            max(before, self._staging_threads)
+            if _tensor_bytes(sd) >= PARALLEL_STAGING_MIN_BYTES
+            else before
+        )
+        if wanted != before:
+            torch.set_num_threads(wanted)
+        try:
+            staged = self._stager.stage(sd)
+        finally:
+            if wanted != before:
+                torch.set_num_threads(before)
         assert isinstance(staged, dict)
         return staged
 
