@@ -176,6 +176,8 @@ def summarise(where: str, size: int, rounds: list[dict[str, float]]) -> dict[str
     ratios = {
         "stall": best["stall"] / best["stock"],
         "crc": (best["ours"] - best["nocrc"]) / best["stock"],
+        # the same figure from the saves of each round, paired (robust to a few disturbed saves)
+        "crc_paired": statistics.median(r["ours"] - r["nocrc"] for r in rounds) / med["stock"],
         "crc_mem": best["crc_mem"] / best["stock"],
         "commit": (best["nocrc"] - best["stock"]) / best["stock"],
         "total": (best["ours"] - best["stock"]) / best["stock"],
@@ -196,6 +198,9 @@ def summarise(where: str, size: int, rounds: list[dict[str, float]]) -> dict[str
     print(f"  async stall / anchor:                         {ratios['stall']:.3f}x")
     print(
         f"  checksum overhead (in place) / anchor:        {ratios['crc']:+.1%}  (floor, CRC from memory: {ratios['crc_mem']:.1%})"
+    )
+    print(
+        f"  checksum overhead, median of per-round pairs:  {ratios['crc_paired']:+.1%}  (with the CRC overlapped with the write, both are noise around 0)"
     )
     print(f"  rest of the commit protocol / anchor:         {ratios['commit']:+.1%}")
     print(f"  ckptctl sync save, all in / anchor:           {ratios['total']:+.1%}")
@@ -250,7 +255,7 @@ def main() -> int:
     for where, r in results.items():
         print(
             f"{where}: async stall <= 0.2x sync: {'PASS' if r['stall'] <= 0.2 else 'MISS'} ({r['stall']:.3f}x); "
-            f"checksum overhead <= 10% of sync save: {'PASS' if r['crc'] <= 0.10 else 'MISS'} ({r['crc']:+.1%})"
+            f"checksum overhead <= 10% of sync save: {'PASS' if r['crc'] <= 0.10 else 'MISS'} ({r['crc']:+.1%}; paired median {r['crc_paired']:+.1%})"
         )
     return 0
 

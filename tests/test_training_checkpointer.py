@@ -438,3 +438,27 @@ def test_async_saves_with_retention_keep_exactly_the_newest(tmp_path: Path) -> N
     ]
     for name in ("step_4", "step_5"):
         assert independently_complete(tmp_path / name) is None
+
+
+@pytest.mark.parametrize("thread_count", [1, 3])
+def test_large_writes_checksummed_beside_the_write_match_a_re_read(
+    tmp_path: Path, thread_count: int
+) -> None:
+    """Writes of >= OVERLAP_MIN_BYTES are checksummed on a helper thread while they go out."""
+    from ckptctl.training._dcp_io import OVERLAP_MIN_BYTES
+
+    g = torch.Generator().manual_seed(3)
+    big = {
+        f"t{i}": torch.randn(OVERLAP_MIN_BYTES // 4 * (i + 1) + 7, generator=g) for i in range(4)
+    }
+    small = torch.randn(100, generator=g)
+    ckpt = Checkpointer(str(tmp_path), thread_count=thread_count, preemption_signals=None)
+    ckpt.save(1, {"big": big, "small": small})
+    ckpt.close()
+    d = tmp_path / "step_1"
+    manifest = json.loads((d / "ckptctl.json").read_bytes())
+    sizes = [f["size_bytes"] for f in manifest["files"] if f["path"].endswith(".distcp")]
+    assert sum(sizes) > 10 * OVERLAP_MIN_BYTES
+    for f in manifest["files"]:
+        assert f["checksum"] == file_crc32(d / f["path"]), f["path"]
+    assert verify_checkpoint(str(d), deep=True).status == "complete"

@@ -26,6 +26,7 @@ import pickle
 import posixpath
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,30 @@ class WrittenFile:
     """8 hex digits, or None when the stream was not written sequentially (re-read it)."""
 
 
+#: Writes at least this large are checksummed on a helper thread while the bytes go out.
+OVERLAP_MIN_BYTES = 1 << 20
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _crc_pool() -> ThreadPoolExecutor:
+    """Shared helper threads (one per DCP writer thread is plenty; they only run CRC-32s)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ckptctl-crc")
+        return _POOL
+
+
+def _forget_pool_after_fork() -> None:
+    # a forked child has none of the parent's threads: it starts its own pool on first use
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 class _CrcStream:
     """A write-only stream wrapper that keeps a running CRC-32 and byte count."""
 
@@ -69,13 +94,26 @@ class _CrcStream:
 
     def write(self, data: Any) -> int:
         view = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
-        n = self._raw.write(view)
+        pending = None
+        if len(view) >= OVERLAP_MIN_BYTES:
+            # Checksum on a helper thread while this one writes (both release the GIL); the
+            # bytes do not change meanwhile: the writer owns them until write() returns.
+            pending = _crc_pool().submit(fast_crc32, view, self.crc)
+        try:
+            n = self._raw.write(view)
+        except BaseException:
+            if pending is not None:
+                pending.cancel()
+            raise
         written = len(view) if n is None else int(n)
         if written != len(view):
             # A short write: the caller retries with the rest, so the bytes still
             # arrive in order; checksum exactly what went out.
+            if pending is not None:
+                pending.result()
+                pending = None
             view = memoryview(view)[:written]
-        self.crc = fast_crc32(view, self.crc)
+        self.crc = pending.result() if pending is not None else fast_crc32(view, self.crc)
         self.size += written
         return written
 
