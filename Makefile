@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,dev]"
+	# torch is named again so the resolver keeps it: backtracking elsewhere (s3fs/aiobotocore
+	# vs moto's botocore) once made pip swap it for a newer torch with CUDA wheels.
+	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,dev]" "$(TORCH_SPEC)"
+	$(BIN)/python -c 'import sys, torch; s, v = "$(TORCH_SPEC)", torch.__version__.split("+")[0]; print("torch", torch.__version__); sys.exit(s.startswith("torch==") and s[7:] != v and f"got torch {v}, wanted {s}")'
 	touch $(STAMP)
 
 venv: $(STAMP)
