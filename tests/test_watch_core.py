@@ -605,6 +605,18 @@ def test_restore_line_marks_a_seamless_resume() -> None:
     assert report.resume_detected_by == "log-marker"
 
 
+def test_a_log_that_runs_past_the_given_checkpoint_step_is_not_split_on_a_guess() -> None:
+    """Steps 1..340 and checkpoint step 300: a crash at 340 not resumed yet, or a seamless
+    resume at 300 with no restore line; judging 301..340 as the resume could be false comfort."""
+    events = run_log(seed=6, pre=range(1, 301), post=range(301, 341))
+    report = analyze(events, resume_step=300)
+    assert report.verdict == INSUFFICIENT and not report.decided
+    assert any("cannot tell which" in line for line in report.explanation)
+    assert not any(
+        "cannot tell which" in line for line in analyze(events, resume_step=500).explanation
+    )
+
+
 def test_separate_baseline_file() -> None:
     events = run_log(seed=8, pre=range(1, 321), post=range(301, 341))
     split = next(i for i, e in enumerate(events) if isinstance(e, LossPoint) and e.step == 320) + 1

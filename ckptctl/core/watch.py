@@ -761,6 +761,12 @@ def analyze(
                 f"(steps {segments[0].first_step}..{segments[-1].last_step}); the step counter never "
                 "restarts and no restore line was seen; pass the pre-failure log with --baseline"
             )
+            if rs is not None and logged_steps and segments[0].first_step <= rs < segments[-1].last_step:
+                explanation.append(
+                    f"the log runs past checkpoint step {rs} without a restart: either the resumed "
+                    "run has not logged yet, or it went on in this same log with no restore line; "
+                    "the log alone cannot tell which"
+                )
         return WatchReport(
             verdict=INSUFFICIENT,
             decided=False,
