@@ -431,3 +431,47 @@ def test_nested_layout_with_no_committed_dcp_dir_is_incomplete_not_unsupported(
     assert r.kind == "dcp-nested"
     assert r.status == "incomplete"
     assert r.problems == ["pytorch_model_fsdp_0/: no .metadata: the save never committed"]
+
+
+def test_fp4_and_e8m0_checkpoints_are_complete_and_a_future_dtype_is_not_hostile(
+    tmp_path: Path,
+) -> None:
+    """MXFP4/NVFP4 weights (torch.float4_e2m1fn_x2) and their e8m0 scales, as DCP writes them."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from ckptctl.training._dcp_io import parse_metadata_bytes
+    from ckptctl.training.errors import UnsafeCheckpointError
+
+    sd = {
+        "w_fp4": torch.arange(64, dtype=torch.uint8).view(torch.float4_e2m1fn_x2),
+        "scale": torch.full((8,), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu),
+        "bias": torch.ones(4),
+    }
+    good = tmp_path / "step_1"
+    dcp.save(sd, checkpoint_id=str(good))
+    for deep in (False, True):
+        r = verify_checkpoint(str(good), deep=deep)
+        assert r.status == "complete", r.problems
+    md = (good / ".metadata").read_bytes()
+    assert parse_metadata_bytes(md, "step_1").state_dict_metadata["w_fp4"].properties.dtype == (
+        torch.float4_e2m1fn_x2
+    )
+
+    # A dtype a newer torch may add (same-length rename keeps the pickle valid): verify accepts
+    # it with an unknown element size; the training reader refuses it on this torch.
+    assert b"float4_e2m1fn_x2" in md
+    future = tmp_path / "future"
+    shutil.copytree(good, future)
+    (future / ".metadata").write_bytes(md.replace(b"float4_e2m1fn_x2", b"float4_e2m1fn_x9"))
+    r = verify_checkpoint(str(future))
+    assert r.status == "complete", r.problems
+    with pytest.raises(UnsafeCheckpointError, match="not a dtype of this torch"):
+        parse_metadata_bytes((future / ".metadata").read_bytes(), "future")
+
+    # Any other torch attribute is still a refused global.
+    hostile = tmp_path / "hostile"
+    shutil.copytree(good, hostile)
+    (hostile / ".metadata").write_bytes(md.replace(b"float4_e2m1fn_x2", b"set_default_type"))
+    r = verify_checkpoint(str(hostile))
+    assert r.status == "corrupt" and any("disallowed global torch.set_default_type" in p for p in r.problems)

@@ -15,7 +15,7 @@ import pathlib
 import pickle
 from typing import Any
 
-from ckptctl.core.dcp import DTYPE_ITEMSIZE, Chunk, DcpIndex, StorageItem, TensorEntry
+from ckptctl.core.dcp import Chunk, DcpIndex, StorageItem, TensorEntry, is_dtype_name
 
 
 class MetadataError(ValueError):
@@ -149,7 +149,7 @@ def is_allowed_metadata_global(module: str, name: str) -> bool:
     """May a DCP ``.metadata`` pickle reference ``module.name``?"""
     if (module, name) in ALLOWED_METADATA_GLOBALS:
         return True
-    return module == "torch" and (name in DTYPE_ITEMSIZE or name in ("strided", "sparse_coo", "sparse_csr"))
+    return module == "torch" and (is_dtype_name(name) or name in ("strided", "sparse_coo", "sparse_csr"))
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -157,7 +157,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         allowed = _ALLOWED.get((module, name))
         if allowed is not None:
             return allowed
-        if module == "torch" and name in DTYPE_ITEMSIZE:
+        if module == "torch" and is_dtype_name(name):
             return _DType(name)
         if module == "torch" and name in ("strided", "sparse_coo", "sparse_csr"):
             return name

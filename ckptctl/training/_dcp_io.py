@@ -246,6 +246,12 @@ class _MetadataUnpickler(pickle.Unpickler):
         # real classes because dcp.load needs a real Metadata object.
         if not is_allowed_metadata_global(module, name):
             raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
+        if module == "torch" and name not in ("Size", "strided", "sparse_coo", "sparse_csr"):
+            # a dtype name (possibly one this torch does not have): never anything else
+            value = getattr(torch, name, None)
+            if not isinstance(value, torch.dtype):
+                raise pickle.UnpicklingError(f"torch.{name} is not a dtype of this torch")
+            return value
         return getattr(importlib.import_module(module), name)
 
     def persistent_load(self, pid: Any) -> Any:
