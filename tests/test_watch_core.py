@@ -121,6 +121,11 @@ LINES: list[tuple[str, str, tuple[int | None, float, int | None]]] = [
         "Epoch 0:  10%|#         | 10/? [00:01<00:00, 9.9it/s, v_num=2, train_loss_step=3.1, train_loss_epoch=3.9]",
         (10, 3.1, None),
     ),
+    ("generic", "step 120 | loss 2.3456 | lr 3.0e-04 | grad_norm 1.23", (120, 2.3456, None)),
+    ("generic", "Step 120/1000, Loss: 2.3456", (120, 2.3456, None)),
+    ("generic", "2026-11-20 10:00:00 INFO train step=120 loss=2.34567 lr=0.0003", (120, 2.34567, None)),
+    ("generic", "[rank0]:Epoch 2 | Iteration 120 | train_loss: 4.5e-01 | 12.3 s", (120, 0.45, 0)),
+    ("generic", "global_step: 7 training loss = nan", (7, math.nan, None)),
 ]
 
 
@@ -161,6 +166,13 @@ NOT_TRAINING_LOSS = [
     "  5%|#         | 50/1000 [00:10<03:10,  5.00it/s]",
     "",
     "\x00\x01 binary garbage \xff",
+    # shapes the generic reader must leave alone
+    "step 120 | val_loss 2.41 | val_ppl 11.1",
+    "Evaluating: step 120, eval loss: 2.41",
+    "step 120 | loss_scale 65536 | aux_loss 0.01",
+    "[Rank 0] step=120, skipped=0, lr=[0.0003], mom=[(0.9, 0.95)]",
+    "step 120 loss: 2.5.1",
+    "Loss function: cross entropy, step size 1",
 ]
 
 

@@ -30,6 +30,7 @@ class LogFormat(str, Enum):
     hf = "hf"
     lightning = "lightning"
     lightning_csv = "lightning-csv"
+    generic = "generic"
 
 
 LogArg = Annotated[

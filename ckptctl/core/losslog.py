@@ -23,6 +23,10 @@ yields a loss, so one stray line of another shape cannot mix in):
 ``lightning``   Lightning's tqdm bar ``Epoch 3:  45%|####5     | 450/1000 [..., train_loss=2.34]``;
                 step = epoch * batches_per_epoch + batch (batches, not optimizer steps)
 ``lightning-csv`` Lightning's ``CSVLogger`` ``metrics.csv`` (header with ``step`` and a loss column)
+``generic``     any other line naming a step and a training loss, the shapes of hand-written
+                loops: ``step 120 | loss 2.345``, ``Step 120/1000, Loss: 2.345``,
+                ``train step=120 loss=2.345``, ``iteration 120 train_loss: 2.345``; tried last;
+                lines that mention a validation/eval/test loss or start with ``{`` are skipped
 ``pattern``     ``--pattern REGEX`` with named groups ``loss`` (required), ``step``, ``rank``, ``epoch``
 ==============  ==========================================================================
 
@@ -53,6 +57,7 @@ FORMATS: tuple[str, ...] = (
     "hf",
     "lightning",
     "lightning-csv",
+    "generic",
 )
 
 #: JSON keys read as the step counter, in order of preference.
@@ -95,6 +100,19 @@ _TORCHTITAN_RE = re.compile(
     r"(?:^|[\s\]-])step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>" + _NUMBER + r")(?=\s|$)"
 )
 _NANOGPT_RE = re.compile(r"(?:^|\s)iter (?P<step>\d+): loss (?P<loss>" + _NUMBER + r")\b")
+_GENERIC_STEP_RE = re.compile(
+    r"(?<![\w/.-])(?:global[_ ]step|step|iteration|iter)\b\s*[:=#]?\s*(?P<step>\d+)(?:\s*/\s*\d+)?(?![\w.])",
+    re.IGNORECASE,
+)
+_GENERIC_LOSS_RE = re.compile(
+    r"(?<![\w/.-])(?:train(?:ing)?[_ /-]?)?loss\b\s*[:=]?\s*(?P<loss>" + _NUMBER + r")(?![\w.])",
+    re.IGNORECASE,
+)
+_GENERIC_EVAL_RE = re.compile(
+    r"(?<![A-Za-z])(?:val|valid|validate|validation|eval|evaluate|evaluation|evaluating|test|testing)"
+    r"[_ /:-]*(?:step|loss|ppl|iter)",
+    re.IGNORECASE,
+)
 _LIGHTNING_RE = re.compile(
     r"Epoch (?P<epoch>\d+):.*?\|\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*\[(?P<postfix>[^\]]*)\]"
 )
@@ -272,6 +290,21 @@ def _parse_nanogpt(text: str) -> _Found | None:
     return None if loss is None else _Found(int(m.group("step")), loss)
 
 
+def _parse_generic(text: str) -> _Found | None:
+    if "oss" not in text and "OSS" not in text:
+        return None
+    if text.lstrip().startswith("{") or _GENERIC_EVAL_RE.search(text):
+        return None
+    loss_m = _GENERIC_LOSS_RE.search(text)
+    if loss_m is None:
+        return None
+    step_m = _GENERIC_STEP_RE.search(text)
+    if step_m is None:
+        return None
+    loss = parse_float(loss_m.group("loss"))
+    return None if loss is None else _Found(int(step_m.group("step")), loss)
+
+
 def _dict_text(text: str) -> str | None:
     start = text.find("{")
     end = text.rfind("}")
@@ -385,6 +418,7 @@ _LINE_PARSERS = {
     "jsonl": _parse_jsonl,
     "hf": _parse_hf,
     "lightning": _parse_lightning,
+    "generic": _parse_generic,
 }
 
 
