@@ -415,6 +415,36 @@ def test_s3_save_commit_marker_and_resume(s3_bucket: str, s3_env: dict[str, str]
     assert verify_checkpoint(again.path, deep=True).status == "complete"
 
 
+def test_s3_retention_takes_the_lock_and_keeps_the_newest(
+    s3_bucket: str, s3_env: dict[str, str]
+) -> None:
+    """keep_last on a real S3-compatible server: the marker goes first, the lock is taken by a
+    conditional PUT and released, and a pass is skipped while another operation holds it."""
+    from ckptctl.adapters.runlock import read_lock, run_lock
+    from ckptctl.adapters.storage import Storage
+
+    root = f"s3://{s3_bucket}/run"
+    state = make_state()
+    ckpt = Checkpointer(root, keep_last=1, preemption_signals=None)
+    assert ckpt.save(1, state).result().retention is not None
+    second = ckpt.save(2, state).result()
+    assert second.retention is not None and second.retention.deleted == ["step_1"]
+    storage, path = Storage.for_url(root)
+    assert read_lock(storage, path) is None
+    with run_lock(storage, path, operation="rollback"):
+        third = ckpt.save(3, state).result()
+    assert third.retention is not None and third.retention.skipped is not None
+    assert "rollback by" in third.retention.skipped
+    names = sorted(e.name for e in storage.list_dir(path) if e.is_dir and e.name.startswith("step_"))
+    assert names == ["step_2", "step_3"]  # nothing deleted while rollback held the lock
+    fourth = ckpt.save(4, state).result()  # the next pass catches up
+    ckpt.close()
+    assert fourth.retention is not None and sorted(fourth.retention.deleted) == ["step_2", "step_3"]
+    names = sorted(e.name for e in storage.list_dir(path) if e.is_dir and e.name.startswith("step_"))
+    assert names == ["step_4"] and read_lock(storage, path) is None
+    assert verify_checkpoint(f"{root}/step_4", deep=True).status == "complete"
+
+
 def test_several_files_per_rank_each_get_their_checksum(tmp_path: Path) -> None:
     ckpt = Checkpointer(str(tmp_path), thread_count=3, preemption_signals=None)
     ckpt.save(1, make_state())
