@@ -468,6 +468,29 @@ def test_preemption_resumes_without_a_drain_human_output(tmp_path: Path, golden:
     assert "ckptctl-train step=31" in proc.stderr and "ckptctl-train step=" not in out
 
 
+@pytest.mark.slow
+def test_tee_tagged_multi_rank_output_is_watched_on_rank_zero(tmp_path: Path, golden: dict[int, Path]) -> None:
+    """``torchrun_args: [--tee=3]``: torchrun prints each rank's lines whole, tagged ``[default<r>]:``
+    (the cure for ranks splicing each other's lines); the loss watch reads rank 0's through the tag."""
+    s = golden_scene(tmp_path, golden, "--spike-from-step", "30", "--save-at-step", "32", "--hang-s", "90")
+    doc_cfg = yaml.safe_load(s.config.read_text())
+    doc_cfg["launch"]["torchrun_args"] = ["--tee=3"]
+    s.config.write_text(yaml.safe_dump(doc_cfg))
+    (s.dir / "slurm.out").write_text(PREEMPTED)
+    code, doc, err = recover_json(
+        "--config", str(s.config), "--logs", "slurm.out", "--baseline", "baseline.log", cwd=s.dir
+    )
+    first = doc["attempts"][0]
+    assert "--tee=3" in first["argv"]
+    text = attempt_log(first)
+    assert "[default0]:ckptctl-train step=31 " in text
+    # the spike is seen through the tags, as without them: rolled back, resumed from step 20
+    assert first["watch_verdict"] == "spike" and first["stopped_by_watch"], err[-3000:]
+    assert first["watch"]["log"]["rank"] == 0
+    assert [a["checkpoint_step"] for a in doc["attempts"]] == [30, 20]
+    assert code == 0 and doc["outcome"] == "recovered", err[-3000:]
+
+
 # -- Watch -> spike -> Fallback -> Resume ---------------------------------------------------------------
 
 
