@@ -497,3 +497,16 @@ def test_docs_describe_every_config_key() -> None:
 def test_lists_given_in_code_become_tuples() -> None:
     la = dataclasses.replace(LaunchConfig(), exclude_hosts=["n1"], script_args=["--x"])  # type: ignore[arg-type]
     assert la.exclude_hosts == ("n1",) and la.script_args == ("--x",)
+
+
+def test_recover_hosts_command_is_an_argv() -> None:
+    c = config_from_dict({"recover": {"hosts_command": ["sinfo", "-h", "-N", "-o", "%N"]}})
+    assert c.recover.hosts_command == ("sinfo", "-h", "-N", "-o", "%N")
+    assert config_from_dict({"recover": {"hosts_command": "list-healthy-hosts"}}).recover.hosts_command == (
+        "list-healthy-hosts",
+    )
+    assert config_from_dict(None).recover.hosts_command == ()
+    with pytest.raises(ConfigError, match=r"recover.hosts_command.*as a list"):
+        config_from_dict({"recover": {"hosts_command": "sinfo -h -N"}})
+    with pytest.raises(ConfigError, match=r"recover.hosts_command"):
+        config_from_dict({"recover": {"hosts_command": {"a": 1}}})

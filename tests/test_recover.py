@@ -842,3 +842,88 @@ def test_bad_invocations_fail_with_a_message_and_touch_nothing(
     assert needle in proc.stderr and proc.stdout == ""
     assert "Traceback" not in proc.stderr
     assert not (s.root / ".ckptctl").exists()
+
+
+# -- Capacity: wait for healthy hosts through recover.hosts_command ----------------------------------
+
+
+def fake_hosts_command(tmp_path: Path, answers: list[str], *, exit_code: int = 0) -> tuple[list[str], Path]:
+    """A real program standing for ``sinfo``/``kubectl``: call k prints ``answers[k]`` (the last
+    one from then on) and exits ``exit_code``; every call is counted in a file."""
+    calls = tmp_path / "hosts-calls.txt"
+    script = tmp_path / "fake_sinfo.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        f"calls = pathlib.Path({str(calls)!r})\n"
+        "n = len(calls.read_text().splitlines()) if calls.exists() else 0\n"
+        "calls.write_text(calls.read_text() + 'call\\n' if calls.exists() else 'call\\n')\n"
+        f"answers = {answers!r}\n"
+        "sys.stdout.write(answers[min(n, len(answers) - 1)])\n"
+        f"if {exit_code}:\n"
+        "    sys.stderr.write('sinfo: error: slurm_load_node: Unable to contact slurm controller\\n')\n"
+        f"sys.exit({exit_code})\n"
+    )
+    return [sys.executable, str(script)], calls
+
+
+def capacity_scene(tmp_path: Path, golden: dict[int, Path], command: list[str], **recover: Any) -> Scene:
+    s = golden_scene(tmp_path, golden)
+    doc = yaml.safe_load(s.config.read_text())
+    doc["recover"].update({"hosts_command": command, "min_nodes_policy": "wait", **recover})
+    s.config.write_text(yaml.safe_dump(doc))
+    (s.dir / "slurm.out").write_text(PREEMPTED)
+    return s
+
+
+def test_capacity_wait_gives_up_after_the_timeout_and_launches_nothing(
+    tmp_path: Path, golden: dict[int, Path]
+) -> None:
+    command, calls = fake_hosts_command(tmp_path, [""])  # no healthy host, ever
+    s = capacity_scene(tmp_path, golden, command, capacity_poll_s=0.1, capacity_timeout_s=0.45)
+    t0 = time.monotonic()
+    code, doc, err = recover_json("--config", str(s.config), "--logs", "slurm.out", cwd=s.dir)
+    assert code == 3 and doc["outcome"] == "stopped", err[-3000:]
+    assert "not enough healthy hosts after waiting" in doc["reason"]
+    checks = len(calls.read_text().splitlines())
+    assert 3 <= checks <= 6 and doc["capacity"]["checks"] == checks
+    assert doc["capacity"]["action"] == "wait" and doc["capacity"]["hosts_command"] == command
+    assert doc["attempts"] == [] and time.monotonic() - t0 < 60
+    assert "waiting 0.1 s for capacity" in err
+
+
+def test_capacity_query_failure_stops_with_its_reason(tmp_path: Path, golden: dict[int, Path]) -> None:
+    command, _ = fake_hosts_command(tmp_path, [""], exit_code=1)
+    s = capacity_scene(tmp_path, golden, command)
+    code, doc, _ = recover_json("--config", str(s.config), "--logs", "slurm.out", cwd=s.dir)
+    assert code == 3 and doc["outcome"] == "stopped" and doc["attempts"] == []
+    assert doc["reason"].startswith("capacity check failed:")
+    assert "exited 1: sinfo: error: slurm_load_node: Unable to contact slurm controller" in doc["reason"]
+    missing = capacity_scene(tmp_path / "b", golden, ["no-such-sinfo-here"])
+    code, doc, _ = recover_json("--config", str(missing.config), "--logs", "slurm.out", cwd=missing.dir)
+    assert code == 3 and "no-such-sinfo-here: command not found" in doc["reason"]
+
+
+def test_capacity_dry_run_asks_once_and_never_waits(tmp_path: Path, golden: dict[int, Path]) -> None:
+    command, calls = fake_hosts_command(tmp_path, ["\n"])
+    s = capacity_scene(tmp_path, golden, command, capacity_poll_s=30, capacity_timeout_s=3600)
+    t0 = time.monotonic()
+    code, doc, _ = recover_json("--config", str(s.config), "--logs", "slurm.out", "--dry-run", cwd=s.dir)
+    assert time.monotonic() - t0 < 30
+    assert code == 3 and "a real run would ask" in doc["reason"] and "every 30 s" in doc["reason"]
+    assert len(calls.read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_capacity_wait_resumes_once_the_hosts_command_reports_enough(
+    tmp_path: Path, golden: dict[int, Path]
+) -> None:
+    # no healthy host for two checks, then one (nnodes 1): recover waits, then relaunches
+    command, calls = fake_hosts_command(tmp_path, ["", " ,\n", "gpu-node-1,gpu-node-2\n"])
+    s = capacity_scene(tmp_path, golden, command, capacity_poll_s=0.2, capacity_timeout_s=120)
+    code, doc, err = recover_json("--config", str(s.config), "--logs", "slurm.out", "--baseline", "baseline.log", cwd=s.dir)
+    assert code == 0 and doc["outcome"] == "recovered", err[-3000:]
+    assert len(calls.read_text().splitlines()) == 3 and doc["capacity"]["checks"] == 3
+    assert doc["capacity"]["action"] == "run" and doc["capacity"]["available_hosts"] == ["gpu-node-1", "gpu-node-2"]
+    assert doc["capacity"]["waited_s"] >= 0.4
+    (att,) = doc["attempts"]
+    assert att["checkpoint_step"] == 30 and att["watch_verdict"] == "continuous"

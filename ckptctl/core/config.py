@@ -316,6 +316,10 @@ class RecoverConfig:
     """With ``wait``: how long to wait for enough healthy hosts before giving up."""
     capacity_poll_s: float = 30.0
     """With ``wait``: seconds between capacity checks."""
+    hosts_command: tuple[str, ...] = ()
+    """An argv (no shell) that prints the healthy candidate hosts, one per line (or separated by
+    spaces/commas), e.g. ``[sinfo, -h, -N, -t, "idle,mix,alloc", -o, "%N"]``. Asked at each
+    capacity check, instead of ``launch.hosts``; the only way ``wait`` can see capacity return."""
     drain: DrainConfig = field(default_factory=DrainConfig)
     """How a faulty host is drained."""
     watch: Mapping[str, Any] = field(default_factory=dict)
@@ -331,6 +335,10 @@ class RecoverConfig:
             )
         check_seconds(self.capacity_timeout_s, "recover.capacity_timeout_s", allow_zero=True)
         check_seconds(self.capacity_poll_s, "recover.capacity_poll_s")
+        if isinstance(self.hosts_command, list):
+            object.__setattr__(self, "hosts_command", tuple(self.hosts_command))
+        if not all(isinstance(a, str) and a for a in self.hosts_command):
+            raise _fail("recover.hosts_command", "must be a list of non-empty strings (an argv)")
         if not isinstance(self.drain, DrainConfig):
             raise _fail("recover.drain", "must be a mapping")
         if not isinstance(self.watch, Mapping) or not all(isinstance(k, str) for k in self.watch):
@@ -484,6 +492,8 @@ def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
             kw[key] = dict(_mapping(value, "recover.watch"))
         elif key in ("capacity_timeout_s", "capacity_poll_s"):
             kw[key] = _number(value, f"recover.{key}")
+        elif key == "hosts_command":
+            kw[key] = _command(value, "recover.hosts_command")
         else:
             kw[key] = value
     return RecoverConfig(**kw)

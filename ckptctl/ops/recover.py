@@ -16,9 +16,11 @@ no launch, no rename, no report file.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -191,6 +193,91 @@ def _run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> dict[str, An
     }
 
 
+def query_hosts(argv: Sequence[str], timeout_s: float = 60.0) -> list[str]:
+    """Run ``recover.hosts_command``; the hosts it prints (lines, spaces or commas), in order.
+
+    Raises ``RuntimeError`` with a one-line reason when the command cannot be run or fails.
+    """
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError as e:
+        raise RuntimeError(f"{argv[0]}: command not found") from e
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{shlex.join(argv)} timed out after {timeout_s:.0f} s") from e
+    except OSError as e:
+        raise RuntimeError(f"{shlex.join(argv)}: {e.strerror or e}") from e
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        why = tail[-1] if tail else "no output"
+        raise RuntimeError(f"{shlex.join(argv)} exited {proc.returncode}: {why}")
+    return list(dict.fromkeys(h for h in re.split(r"[\s,]+", proc.stdout) if h))
+
+
+def _await_capacity(
+    config: CkptctlConfig,
+    excluded: Sequence[str],
+    rec: _Recovery,
+    *,
+    dry_run: bool,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Any, str | None]:
+    """RB-7's capacity check: (the decision, None) to go on, or (decision, why) to stop.
+
+    With ``min_nodes_policy: wait`` and a ``hosts_command``, asks again every
+    ``capacity_poll_s`` until enough hosts are healthy or ``capacity_timeout_s`` passes.
+    A dry run asks once and never waits.
+    """
+    from ckptctl.ops.launch import plan_capacity
+
+    lc, rc = config.launch, config.recover
+    command = rc.hosts_command
+    start = clock()
+    checks = 0
+    while True:
+        checks += 1
+        if command:
+            try:
+                hosts: list[str] | None = query_hosts(command)
+            except RuntimeError as e:
+                rec.report.capacity = {"hosts_command": list(command), "checks": checks, "error": str(e)}
+                return None, f"capacity check failed: {e}"
+        else:
+            hosts = list(lc.hosts) if lc.hosts else None
+        decision = plan_capacity(lc.min_nodes, lc.max_nodes, hosts, excluded, rc.min_nodes_policy)
+        waited = clock() - start
+        rec.report.capacity = {
+            **decision.to_json(),
+            "hosts_command": list(command) if command else None,
+            "checks": checks,
+            "waited_s": round(waited, 3),
+        }
+        rec.log("capacity", decision.reason)
+        if decision.should_launch:
+            return decision, None
+        if not command:
+            return decision, (
+                f"not enough healthy hosts: {decision.reason}; nothing to wait on "
+                "(launch.hosts is fixed: set recover.hosts_command to wait for capacity)"
+            )
+        if dry_run:
+            return decision, (
+                f"not enough healthy hosts: {decision.reason}; a real run would ask "
+                f"{shlex.join(command)} every {rc.capacity_poll_s:g} s for up to {rc.capacity_timeout_s:g} s"
+            )
+        if waited + rc.capacity_poll_s > rc.capacity_timeout_s:
+            return decision, (
+                f"not enough healthy hosts after waiting {waited:.0f} s ({checks} checks, "
+                f"capacity_timeout_s {rc.capacity_timeout_s:g}): {decision.reason}"
+            )
+        rec.log(
+            "capacity",
+            f"waiting {rc.capacity_poll_s:g} s for capacity (check {checks}, {waited:.0f} s of "
+            f"{rc.capacity_timeout_s:g} s)",
+        )
+        sleep(rc.capacity_poll_s)
+
+
 def _read_lines(path: str | None) -> list[str]:
     if not path:
         return []
@@ -343,7 +430,7 @@ def _walk(
 ) -> RecoveryReport:
     from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.classify import classify_logs
-    from ckptctl.ops.launch import plan_capacity, prepare_launch
+    from ckptctl.ops.launch import prepare_launch
 
     report = rec.report
     url = storage.url(path)
@@ -407,13 +494,9 @@ def _walk(
     # -- 3. Capacity --------------------------------------------------------------------------
     lc = config.launch
     excluded = tuple(dict.fromkeys([*lc.exclude_hosts, *triage.drain_hosts]))
-    decision = plan_capacity(
-        lc.min_nodes, lc.max_nodes, list(lc.hosts) if lc.hosts else None, excluded, config.recover.min_nodes_policy
-    )
-    report.capacity = decision.to_json()
-    rec.log("capacity", decision.reason)
-    if not decision.should_launch:
-        return rec.stop(f"not enough healthy hosts: {decision.reason}")
+    decision, refusal = _await_capacity(config, excluded, rec, dry_run=dry_run)
+    if refusal is not None:
+        return rec.stop(refusal)
 
     # -- 4..7. Locate, verify, resume, watch; fall back on a bad resume -------------------------
     baseline_paths = [baseline_log] if baseline_log else [p for p in logs if p != "-"]
