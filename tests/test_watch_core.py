@@ -231,6 +231,33 @@ def test_lightning_csv_follows_its_header_and_skips_validation_rows() -> None:
     assert [e.step for e in more if isinstance(e, LossPoint)][-1] == 39
 
 
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # TensorBoard's scalar export of the loss curve
+        (["Wall time,Step,Value", "1700000000.5,10,3.5", "1700000001.5,20,3.25"], [(10, 3.5), (20, 3.25)]),
+        # W&B's export: run-prefixed column names, __MIN/__MAX companions
+        (
+            [
+                '"Step","run-7 - train/loss","run-7 - train/loss__MIN","run-7 - train/loss__MAX"',
+                "10,3.5,3.4,3.6",
+                "20,3.25,3.2,3.3",
+            ],
+            [(10, 3.5), (20, 3.25)],
+        ),
+        # a global_step column and Megatron's loss name, any case
+        (["Global_Step,LM Loss,val_loss", "10,3.5,", "20,3.25,3.9"], [(10, 3.5), (20, 3.25)]),
+        # no training-loss column: nothing is read
+        (["Step,val_loss", "10,3.5"], []),
+        (["Wall time,Step,Value,Other", "1.0,10,3.5,1"], []),
+    ],
+)
+def test_csv_exports_of_other_tools(lines: list[str], expected: list[tuple[int, float]]) -> None:
+    points = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]
+    assert [(p.step, p.loss) for p in points] == expected
+    assert all(p.fmt == "lightning-csv" for p in points)
+
+
 def test_lightning_bar_redraws_replace_the_previous_value() -> None:
     line = "\r".join(
         [

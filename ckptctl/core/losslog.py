@@ -22,7 +22,9 @@ yields a loss, so one stray line of another shape cannot mix in):
                 (see ``ckptctl.core.watch``)
 ``lightning``   Lightning's tqdm bar ``Epoch 3:  45%|####5     | 450/1000 [..., train_loss=2.34]``;
                 step = epoch * batches_per_epoch + batch (batches, not optimizer steps)
-``lightning-csv`` Lightning's ``CSVLogger`` ``metrics.csv`` (header with ``step`` and a loss column)
+``lightning-csv`` a CSV with a step and a training-loss column: Lightning's ``CSVLogger``
+                ``metrics.csv``, W&B's export (``Step,<run> - train/loss,...``), TensorBoard's
+                scalar export (``Wall time,Step,Value``)
 ``generic``     any other line naming a step and a training loss, the shapes of hand-written
                 loops: ``step 120 | loss 2.345``, ``Step 120/1000, Loss: 2.345``,
                 ``train step=120 loss=2.345``, ``iteration 120 train_loss: 2.345``; tried last;
@@ -440,14 +442,41 @@ def _csv_row(text: str) -> list[str] | None:
     return rows[0] if rows else None
 
 
+#: CSV columns read as the step, in order of preference (compared case-insensitively).
+CSV_STEP_KEYS: tuple[str, ...] = (
+    "step",
+    "_step",
+    "global_step",
+    "trainer/global_step",
+    "train/global_step",
+    "iteration",
+    "iter",
+)
+#: CSV loss columns besides ``LIGHTNING_LOSS_KEYS``: Megatron-style names, and TensorBoard's
+#: scalar export (``Wall time,Step,Value``), whose one value column is the exported curve.
+CSV_EXTRA_LOSS_KEYS: tuple[str, ...] = ("lm_loss", "lm loss", "train/lm_loss")
+
+
+def _csv_name(cell: str) -> str:
+    # W&B's export names a column "<run name> - train/loss" (and adds __MIN/__MAX columns)
+    name = cell.strip().lower()
+    return name.rsplit(" - ", 1)[-1] if " - " in name else name
+
+
 def _csv_header(row: list[str]) -> _CsvHeader | None:
-    names = [c.strip() for c in row]
-    if "step" not in names or any(parse_float(c) is not None for c in names if c):
+    names = [_csv_name(c) for c in row]
+    if any(parse_float(c) is not None for c in names if c):
         return None
-    for key in LIGHTNING_LOSS_KEYS:
+    step_col = next((names.index(k) for k in CSV_STEP_KEYS if k in names), None)
+    if step_col is None:
+        return None
+    keys = (*LIGHTNING_LOSS_KEYS, *CSV_EXTRA_LOSS_KEYS)
+    if names == ["wall time", "step", "value"]:
+        keys = ("value",)
+    for key in keys:
         if key in names:
             epoch_col = names.index("epoch") if "epoch" in names else None
-            return _CsvHeader(names.index("step"), names.index(key), epoch_col, len(names))
+            return _CsvHeader(step_col, names.index(key), epoch_col, len(names))
     return None
 
 
