@@ -475,3 +475,27 @@ def test_fp4_and_e8m0_checkpoints_are_complete_and_a_future_dtype_is_not_hostile
     (hostile / ".metadata").write_bytes(md.replace(b"float4_e2m1fn_x2", b"set_default_type"))
     r = verify_checkpoint(str(hostile))
     assert r.status == "corrupt" and any("disallowed global torch.set_default_type" in p for p in r.problems)
+
+
+@pytest.mark.parametrize(
+    ("name", "allowed"),
+    [
+        ("float32", True),
+        ("bfloat16", True),
+        ("float4_e2m1fn_x2", True),
+        ("float8_e8m0fnu", True),
+        ("bits16", True),
+        ("cfloat", True),
+        ("float8_e3m4", True),  # dtype-shaped: a newer torch's
+        ("BFloat16Storage", True),
+        ("float_power", False),  # functions whose names start like a dtype
+        ("int_repr", False),
+        ("complex", False),
+        ("bitwise_and", False),
+        ("load", False),
+    ],
+)
+def test_record_scan_admits_torch_dtypes_by_name_and_no_functions(name: str, allowed: bool) -> None:
+    from ckptctl.core.records import is_allowed_global
+
+    assert is_allowed_global("torch", name) is allowed

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptctl.core.dcp import is_dtype_name
+
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
 _EOCD64 = b"PK\x06\x06"
@@ -67,14 +69,14 @@ _ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 _TORCH_STORAGE = re.compile(r"^[A-Z][A-Za-z0-9]*Storage$")
-_TORCH_DTYPE = re.compile(r"^(?:float|int|uint|bfloat|complex|bool|half|double|long|short|qint|quint|cfloat|cdouble|chalf)[0-9a-z_]*$")
 
 
 def is_allowed_global(module: str, name: str, extra: frozenset[str] = frozenset()) -> bool:
     """May a record's pickle reference ``module.name``?"""
     if (module, name) in _ALLOWED_GLOBALS or f"{module}.{name}" in extra:
         return True
-    if module == "torch" and (_TORCH_STORAGE.match(name) or _TORCH_DTYPE.match(name)):
+    # dtypes by name (the known ones, or shaped like one: never a function such as float_power)
+    if module == "torch" and (_TORCH_STORAGE.match(name) or is_dtype_name(name)):
         return True
     return module == "numpy.dtypes" and name.endswith("DType")
 
