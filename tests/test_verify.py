@@ -499,3 +499,59 @@ def test_record_scan_admits_torch_dtypes_by_name_and_no_functions(name: str, all
     from ckptctl.core.records import is_allowed_global
 
     assert is_allowed_global("torch", name) is allowed
+
+
+def _zstd_checkpoint(path: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    sd = {"w": torch.randn(128, 128, generator=torch.Generator().manual_seed(0)), "extra": {"epoch": 3}}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(path), _extensions=[ZStandard()]))
+
+
+def test_zstd_extension_records_are_decoded_and_checked_inside(tmp_path: Path) -> None:
+    """DCP's ZStandard writer extension: deep verify looks inside the zstd frames (zip CRCs,
+    pickle scan), catches a flipped bit there, and says so when it cannot decode."""
+    good = tmp_path / "step_1"
+    _zstd_checkpoint(good)
+    r = verify_checkpoint(str(good), deep=True)
+    assert r.status == "complete", r.problems
+    assert r.members_crc_checked > 0
+    assert any("written through stream.zstd/1 were decoded and checked inside" in n for n in r.notes)
+
+    flipped = tmp_path / "flipped"
+    shutil.copytree(good, flipped)
+    shard = flipped / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x10  # inside the tensor record's compressed bytes
+    shard.write_bytes(bytes(data))
+    assert verify_checkpoint(str(flipped)).status == "complete"  # sizes still agree
+    r = verify_checkpoint(str(flipped), deep=True)
+    assert r.status == "corrupt", r.notes
+
+    # an extension ckptctl does not know: complete by size, and the note says what was not checked
+    other = tmp_path / "other"
+    shutil.copytree(good, other)
+    md = (other / ".metadata").read_bytes()
+    assert b"stream.zstd" in md
+    (other / ".metadata").write_bytes(md.replace(b"stream.zstd", b"stream.zlib"))
+    r = verify_checkpoint(str(other), deep=True)
+    assert r.status == "complete"
+    assert any("NOT checked inside: unknown writer extension 'stream.zlib/1'" in n for n in r.notes)
+
+
+def test_records_saved_without_crcs_are_noted(tmp_path: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.utils.serialization import config
+
+    before = config.save.compute_crc32
+    config.save.compute_crc32 = False
+    try:
+        dcp.save({"w": torch.ones(64, 64)}, checkpoint_id=str(tmp_path / "step_1"))
+    finally:
+        config.save.compute_crc32 = before
+    r = verify_checkpoint(str(tmp_path / "step_1"), deep=True)
+    assert r.status == "complete"
+    assert any("carry no CRC-32 (saved with compute_crc32=False)" in n for n in r.notes), r.notes

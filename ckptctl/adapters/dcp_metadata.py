@@ -269,6 +269,9 @@ def to_index(metadata: Any) -> DcpIndex:
                 offset=offset,
                 length=length,
                 transformed=bool(transforms),
+                transforms=tuple(str(t) for t in transforms)
+                if isinstance(transforms, (list, tuple))
+                else (),
             )
         )
     version = metadata.__dict__.get("version")

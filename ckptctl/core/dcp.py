@@ -87,6 +87,8 @@ class StorageItem:
     length: int
     transformed: bool = False
     """Written through a writer extension (e.g. zstd): the bytes are not a plain torch.save zip."""
+    transforms: tuple[str, ...] = ()
+    """The extensions' descriptors (``stream.zstd/1``), in the order a reader undoes them."""
 
 
 @dataclass(frozen=True, slots=True)

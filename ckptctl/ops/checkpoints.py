@@ -415,7 +415,7 @@ def inspect_checkpoint(
 
     report.problem_details = problems
     report.problems = [p.message for p in problems]
-    report.notes = notes
+    report.notes = [*notes, *report.notes]  # the deep check adds its own notes to the report
     report.status = v.status_of(problems)
     return report
 
@@ -456,6 +456,10 @@ class _FileResult:
     records: int = 0
     members_checked: int = 0
     members_without_crc: int = 0
+    decoded: dict[str, int] = field(default_factory=dict)
+    """Records read through a writer extension and checked inside: descriptor -> count."""
+    undecoded: dict[str, int] = field(default_factory=dict)
+    """Records behind an extension that could not be looked into: reason -> count."""
 
 
 class _Reader:
@@ -535,21 +539,30 @@ def _deep_file(
                 res.records += 1
                 if item.length > whole_max:
                     findings = _stream_record(storage, fpath, rd, item, options)
+                    if item.transformed:
+                        why = f"record over {whole_max >> 20} MiB, too large to decode in memory"
+                        res.undecoded[why] = res.undecoded.get(why, 0) + 1
                 else:
                     record = rd.read_record(item.length)
                     if len(record) < item.length:
                         break  # truncated: reported by the quick check
                     pieces: list[tuple[int, int, int]] = []
+                    plain: bytes | memoryview | None = record
                     if item.transformed:
-                        findings = RecordFindings()
+                        findings, plain = _check_transformed(record, item, options, res)
                     else:
                         findings, pieces = check_record(
                             record, extra_allowed=options.allowed_globals, crc32=fast_crc32
                         )
                     if rd.want_crc:
                         rd.add_crc(crc32_of_pieces(record, pieces, fast_crc32), len(record))
-                    if options.check_finite and item.chunk_offsets is not None and not findings.problems:
-                        _check_finite(bytes(record), item, findings)
+                    if (
+                        options.check_finite
+                        and plain is not None
+                        and item.chunk_offsets is not None
+                        and not findings.problems
+                    ):
+                        _check_finite(bytes(plain), item, findings)
                 res.members_checked += findings.members_checked
                 res.members_without_crc += findings.members_without_crc
                 for msg in findings.problems:
@@ -569,6 +582,28 @@ def _deep_file(
     if len(hostile) > 20:
         res.problems.append(v.Problem(v.CORRUPT, f"... and {len(hostile) - 20} more hostile records in {rel}"))
     return res
+
+
+def _check_transformed(
+    record: bytes | memoryview, item: StorageItem, options: CheckOptions, res: _FileResult
+) -> tuple[RecordFindings, bytes | None]:
+    """Undo the record's writer extensions (zstd) and check the archive inside, like any record."""
+    from ckptctl.adapters.transforms import TransformError, decoder_for
+
+    label = "+".join(item.transforms) or "unknown extension"
+    decode, why = decoder_for(item.transforms)
+    if decode is None:
+        res.undecoded[why or label] = res.undecoded.get(why or label, 0) + 1
+        return RecordFindings(), None
+    try:
+        plain = decode(bytes(record))
+    except TransformError as e:
+        findings = RecordFindings()
+        findings.problems.append(f"{label}: {e}")
+        return findings, None
+    findings, _pieces = check_record(plain, extra_allowed=options.allowed_globals, crc32=fast_crc32)
+    res.decoded[label] = res.decoded.get(label, 0) + 1
+    return findings, plain
 
 
 def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem, options: CheckOptions) -> RecordFindings:
@@ -695,6 +730,19 @@ def _deep_check(
     no_crc = sum(r.members_without_crc for r in results)
     if no_crc:
         report.notes.append(f"{no_crc} record member(s) carry no CRC-32 (saved with compute_crc32=False)")
+    decoded: dict[str, int] = {}
+    undecoded: dict[str, int] = {}
+    for r in results:
+        for k, n in r.decoded.items():
+            decoded[k] = decoded.get(k, 0) + n
+        for k, n in r.undecoded.items():
+            undecoded[k] = undecoded.get(k, 0) + n
+    for k, n in sorted(decoded.items()):
+        report.notes.append(f"{n} record(s) written through {k} were decoded and checked inside")
+    for k, n in sorted(undecoded.items()):
+        report.notes.append(
+            f"{n} record(s) written through a writer extension were NOT checked inside: {k}"
+        )
     if manifest is not None:
         problems.extend(v.check_manifest_checksums(manifest, computed))
 
