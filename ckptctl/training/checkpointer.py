@@ -232,8 +232,9 @@ class Checkpointer:
     ``torch.distributed.checkpoint.state_dict``; any object with
     ``state_dict``/``load_state_dict`` (LR scheduler, ``ResumableBatchSampler``),
     treated as identical on every rank; ``PerRank(obj)`` for per-rank state
-    (torchdata's ``StatefulDataLoader`` is per-rank without it); and plain values (ints, floats, strings, lists and
-    dicts of those, tensors), which ``load`` writes back into the dict. RNG
+    (torchdata's ``StatefulDataLoader`` is per-rank without it); and plain values
+    (ints, floats, strings, lists and dicts of those, tensors), which ``load``
+    writes back into the dict. RNG
     state (per rank) and the step/tokens/samples counters are added by the
     checkpointer.
     """

@@ -99,11 +99,6 @@ def hide_checkpoint_dir(storage: Storage, path: str) -> str:
     return path
 
 
-def delete_checkpoint_dir(storage: Storage, path: str) -> None:
-    """Delete one checkpoint directory so that no reader ever sees it half-deleted as complete."""
-    storage.remove_tree(hide_checkpoint_dir(storage, path))
-
-
 def _enter_lock(stack: contextlib.ExitStack, storage: Storage, root: str) -> str | None:
     """Take the run-root lock for this pass; return why not when someone else holds it.
 
