@@ -555,3 +555,14 @@ def test_records_saved_without_crcs_are_noted(tmp_path: Path) -> None:
     r = verify_checkpoint(str(tmp_path / "step_1"), deep=True)
     assert r.status == "complete"
     assert any("carry no CRC-32 (saved with compute_crc32=False)" in n for n in r.notes), r.notes
+
+
+@pytest.mark.parametrize("cls", [b"Metadata", b"TensorProperties", b"ChunkStorageMetadata"])
+def test_metadata_object_with_a_non_dict_state_is_a_clear_error(cls: bytes) -> None:
+    from ckptctl.adapters.dcp_metadata import MetadataError, unpickle_metadata
+
+    # PROTO 2, GLOBAL, EMPTY_TUPLE, NEWOBJ, BININT1 5, BUILD, STOP: an object whose state is 5
+    data = b"\x80\x02ctorch.distributed.checkpoint.metadata\n" + cls + b"\n)\x81K\x05b."
+    with pytest.raises(MetadataError, match="not a DCP metadata pickle") as e:
+        unpickle_metadata(data)
+    assert not e.value.hostile

@@ -27,22 +27,11 @@ class MetadataError(ValueError):
 
 
 class _Stub:
-    """An inert object that records whatever state BUILD gives it."""
+    """An inert object that records whatever state BUILD gives it.
 
-    def __setstate__(self, state: Any) -> None:
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        elif (
-            isinstance(state, tuple)
-            and len(state) == 2
-            and (state[0] is None or isinstance(state[0], dict))
-            and isinstance(state[1], dict)
-        ):
-            # (dict state, slot state) as written for classes with __slots__
-            self.__dict__.update(state[0] or {})
-            self.__dict__.update(state[1])
-        else:
-            self.__dict__["_state"] = state
+    No ``__setstate__``: pickle's own BUILD stores a dict state (and the slot dict of a
+    ``(dict, slots)`` pair) in the instance, in C; any other state is an unpickling error.
+    """
 
 
 class _Metadata(_Stub):
@@ -78,8 +67,13 @@ class _TensorProperties(_Stub):
         # torch writes (dtype, layout, requires_grad, memory_format, pin_memory)
         if isinstance(state, tuple) and len(state) == 5:
             self.__dict__["dtype"] = state[0]
-            return
-        super().__setstate__(state)
+        elif isinstance(state, dict):
+            self.__dict__.update(state)
+        elif isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            self.__dict__.update(state[0] or {})
+            self.__dict__.update(state[1])
+        else:
+            raise pickle.UnpicklingError(f"TensorProperties state {type(state).__name__}")
 
 
 class _DType:
@@ -194,6 +188,10 @@ def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _all_ints(values: tuple[Any, ...]) -> bool:
+    return all(v.__class__ is int for v in values)
+
+
 def _attr(obj: Any, name: str, what: str) -> Any:
     try:
         return obj.__dict__[name]
@@ -234,14 +232,15 @@ def to_index(metadata: Any) -> DcpIndex:
             raise MetadataError(f"{fqn}.chunks is not a list")
         chunks = []
         for i, c in enumerate(raw_chunks):
-            if not isinstance(c, _ChunkStorageMetadata):
+            if c.__class__ is not _ChunkStorageMetadata:
                 raise MetadataError(f"{fqn}.chunks[{i}] is {type(c).__name__}")
-            chunks.append(
-                Chunk(
-                    offsets=_int_tuple(_attr(c, "offsets", fqn), f"{fqn}.chunks[{i}].offsets"),
-                    sizes=_int_tuple(_attr(c, "sizes", fqn), f"{fqn}.chunks[{i}].sizes"),
-                )
-            )
+            d = c.__dict__
+            offs, sizes = d.get("offsets"), d.get("sizes")
+            # the common case inline (thousands of chunks): tuples of plain ints
+            if not (offs.__class__ is tuple and sizes.__class__ is tuple and _all_ints(offs + sizes)):
+                offs = _int_tuple(_attr(c, "offsets", fqn), f"{fqn}.chunks[{i}].offsets")
+                sizes = _int_tuple(_attr(c, "sizes", fqn), f"{fqn}.chunks[{i}].sizes")
+            chunks.append(Chunk(offs, sizes))
         tensors[fqn] = TensorEntry(fqn=fqn, size=size, dtype=dtype, chunks=tuple(chunks))
     items = []
     for key, info in storage.items():
