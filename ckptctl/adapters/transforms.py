@@ -65,8 +65,6 @@ def decoder_for(descriptors: Sequence[str]) -> tuple[Callable[[bytes], bytes] | 
         for step in steps:
             try:
                 out = step(data, MAX_DECODED_BYTES)
-            except TransformError:
-                raise
             except Exception as e:  # the decompressors raise their own error types
                 raise TransformError(f"zstd stream does not decode: {type(e).__name__}: {e}") from e
             if len(out) > MAX_DECODED_BYTES:

@@ -593,7 +593,7 @@ def _check_transformed(
     label = "+".join(item.transforms) or "unknown extension"
     decode, why = decoder_for(item.transforms)
     if decode is None:
-        res.undecoded[why or label] = res.undecoded.get(why or label, 0) + 1
+        res.undecoded[why] = res.undecoded.get(why, 0) + 1
         return RecordFindings(), None
     try:
         plain = decode(bytes(record))

@@ -38,6 +38,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from ckptctl.adapters.dcp_metadata import is_allowed_metadata_global
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
+from ckptctl.core.dcp import is_dtype_name
 from ckptctl.core.manifest import format_crc32
 from ckptctl.core.verify import is_plain_file_name
 from ckptctl.training.errors import UnsafeCheckpointError
@@ -246,8 +247,8 @@ class _MetadataUnpickler(pickle.Unpickler):
         # real classes because dcp.load needs a real Metadata object.
         if not is_allowed_metadata_global(module, name):
             raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
-        if module == "torch" and name not in ("Size", "strided", "sparse_coo", "sparse_csr"):
-            # a dtype name (possibly one this torch does not have): never anything else
+        if module == "torch" and is_dtype_name(name):
+            # allowed as a dtype name (possibly one this torch does not have): must be one here
             value = getattr(torch, name, None)
             if not isinstance(value, torch.dtype):
                 raise pickle.UnpicklingError(f"torch.{name} is not a dtype of this torch")
