@@ -18,6 +18,7 @@ def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     quick = "--quick" in sys.argv[1:]
     scripts = sorted(HERE.glob("bench_*.py"))
+    scripts += sorted(HERE.glob("*_accuracy.py"))  # judgement features scored on realistic corpora
     if args:
         scripts = [s for s in scripts if s.stem.removeprefix("bench_") in args]
     failed = []
