@@ -1,0 +1,259 @@
+"""The signature catalog's schema: what one recognisable log line means (pure).
+
+A catalog is data (YAML shipped in ``ckptctl/signatures/``, extensible by the
+user); this module validates an already-parsed document into ``Signature``
+values. No I/O: ``ckptctl.ops.classify`` reads the files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+Category = Literal["infra", "job", "preemption"]
+VerdictCategory = Literal["infra", "job", "preemption", "unknown"]
+Role = Literal["cause", "symptom", "context"]
+Severity = Literal["critical", "error", "warning", "info"]
+Confidence = Literal["high", "medium", "low"]
+
+CATEGORIES: tuple[Category, ...] = ("infra", "job", "preemption")
+ROLES: tuple[Role, ...] = ("cause", "symptom", "context")
+SEVERITIES: tuple[Severity, ...] = ("critical", "error", "warning", "info")
+CONFIDENCES: tuple[Confidence, ...] = ("high", "medium", "low")
+
+_CONFIDENCE_RANK: dict[str, int] = {"low": 1, "medium": 2, "high": 3}
+_SEVERITY_RANK: dict[str, int] = {"info": 1, "warning": 2, "error": 3, "critical": 4}
+# Equal strength: a dead GPU must be drained whatever else happened (infra first);
+# resuming onto a bug re-crashes, so a job fault outranks a preemption.
+_CATEGORY_PRECEDENCE: dict[str, int] = {"infra": 3, "job": 2, "preemption": 1}
+
+#: The kernel's XID line: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...`` (older
+#: drivers omit ``PCI:``). ``{code}`` is replaced by one code or by ``\d+``.
+XID_PATTERN_TEMPLATE = (
+    r"\bXid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f]{{4,8}}:[0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}}"
+    r"(?:\.[0-7])?)\): (?P<xid>{code})\b"
+)
+
+#: Named groups a signature pattern may use; each fills the same-named field of
+#: the event. Any other named group is an error (it would be silently ignored).
+EVENT_GROUPS = frozenset(
+    {
+        "host", "gpu", "gpu_index", "rank", "local_rank", "xid", "signal", "exitcode", "pid",
+        "time", "peer", "pod",
+    }
+)  # fmt: skip
+#: Extra groups only context signatures use.
+_CONTEXT_GROUPS = frozenset({"field", "value"})
+
+SIGNATURE_KEYS = frozenset(
+    {
+        "id",
+        "pattern",
+        "keywords",
+        "category",
+        "role",
+        "severity",
+        "confidence",
+        "description",
+        "action",
+        "settle",
+        "drain",
+        "xid",
+        "examples",
+    }
+)
+CATALOG_KEYS = frozenset({"version", "signatures"})
+CATALOG_VERSION = 1
+
+#: Longest piece of one line that is matched: a longer line is matched in a window
+#: of this size around its first keyword.
+MAX_MATCH_CHARS = 64 * 1024
+#: Longest evidence text kept per event (the rest is elided in the middle).
+MAX_EVIDENCE_CHARS = 400
+
+
+class CatalogError(ValueError):
+    """A signature catalog is invalid; the message names the file, entry and key."""
+
+
+# --------------------------------------------------------------------------------------
+# Signatures
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Signature:
+    """One recognisable log line: what it means and what to do about it."""
+
+    id: str
+    """Stable identifier shown in evidence and JSON, e.g. ``xid-79``."""
+    pattern: str
+    """Python regular expression matched (``search``) against one decoded log line.
+    Named groups from ``EVENT_GROUPS`` (host, gpu, rank, ...) attribute the event."""
+    category: Category
+    """What the event points at: ``infra`` (node/GPU/fabric), ``job`` (code, OOM,
+    divergence) or ``preemption`` (stopped from outside; just resume)."""
+    role: Role = "cause"
+    """``cause`` can decide a verdict; ``symptom`` is a consequence and never does;
+    ``context`` only attributes nearby lines (torchrun failure-table fields)."""
+    severity: Severity = "error"
+    """How bad the event is; ranks causes of equal confidence."""
+    confidence: Confidence = "medium"
+    """How surely this line alone tells its category."""
+    description: str = ""
+    """One line: what the event means."""
+    action: str = ""
+    """What the on-call engineer should do (runbook wording)."""
+    settle: str = ""
+    """Which log would settle the question when this is the best evidence there is."""
+    drain: bool = False
+    """Whether the host this event names should be drained (infra causes)."""
+    keywords: tuple[str, ...] = ()
+    """Case-sensitive literals; every line the pattern matches contains one of them.
+    They drive the fast prefilter; with none, the pattern itself is the prefilter."""
+    xid: int | None = None
+    """NVIDIA XID code this signature stands for (its pattern is then generated)."""
+    examples: tuple[str, ...] = ()
+    """Real-looking lines the pattern must match (checked by the test suite)."""
+
+
+def _require_str(entry: Mapping[str, Any], key: str, where: str, *, required: bool) -> str:
+    value = entry.get(key)
+    if value is None:
+        if required:
+            raise CatalogError(f"{where}: missing required key {key!r}")
+        return ""
+    if not isinstance(value, str):
+        raise CatalogError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _require_choice(
+    entry: Mapping[str, Any], key: str, where: str, choices: Sequence[str], default: str | None
+) -> str:
+    value = entry.get(key, default)
+    if value is None:
+        raise CatalogError(f"{where}: missing required key {key!r} (one of {', '.join(choices)})")
+    if value not in choices:
+        raise CatalogError(f"{where}: {key!r} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _str_tuple(entry: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise CatalogError(f"{where}: {key!r} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def parse_signature(entry: Any, *, where: str) -> Signature:
+    """Validate one catalog entry (a YAML mapping) into a ``Signature``."""
+    if not isinstance(entry, dict):
+        raise CatalogError(f"{where}: each signature must be a mapping, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - SIGNATURE_KEYS)
+    if unknown:
+        raise CatalogError(
+            f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(SIGNATURE_KEYS))})"
+        )
+    sig_id = _require_str(entry, "id", where, required=True).strip()
+    if not sig_id or any(c.isspace() for c in sig_id):
+        raise CatalogError(f"{where}: 'id' must be a non-empty word, got {sig_id!r}")
+    where = f"{where} ({sig_id})"
+    xid_value = entry.get("xid")
+    if xid_value is not None and (
+        not isinstance(xid_value, int) or isinstance(xid_value, bool) or xid_value < 0
+    ):
+        raise CatalogError(f"{where}: 'xid' must be a non-negative integer, got {xid_value!r}")
+    pattern = _require_str(entry, "pattern", where, required=xid_value is None)
+    if not pattern:
+        pattern = XID_PATTERN_TEMPLATE.format(code=xid_value)
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise CatalogError(f"{where}: 'pattern' is not a valid regular expression: {e}") from e
+    role = cast(Role, _require_choice(entry, "role", where, ROLES, "cause"))
+    allowed_groups = EVENT_GROUPS | (_CONTEXT_GROUPS if role == "context" else frozenset())
+    bad_groups = sorted(set(compiled.groupindex) - allowed_groups)
+    if bad_groups:
+        raise CatalogError(
+            f"{where}: pattern group {bad_groups[0]!r} is not one of {', '.join(sorted(allowed_groups))}"
+        )
+    category = cast(Category, _require_choice(entry, "category", where, CATEGORIES, None))
+    keywords = _str_tuple(entry, "keywords", where)
+    if not keywords and xid_value is not None:
+        keywords = ("Xid",)
+    drain = entry.get("drain", category == "infra" and role == "cause")
+    if not isinstance(drain, bool):
+        raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
+    return Signature(
+        id=sig_id,
+        pattern=pattern,
+        category=category,
+        role=role,
+        severity=cast(Severity, _require_choice(entry, "severity", where, SEVERITIES, "error")),
+        confidence=cast(
+            Confidence, _require_choice(entry, "confidence", where, CONFIDENCES, "medium")
+        ),
+        description=_require_str(entry, "description", where, required=False).strip(),
+        action=_require_str(entry, "action", where, required=False).strip(),
+        settle=_require_str(entry, "settle", where, required=False).strip(),
+        drain=drain,
+        keywords=keywords,
+        xid=xid_value,
+        examples=_str_tuple(entry, "examples", where),
+    )
+
+
+def parse_catalog(document: Any, *, source: str) -> tuple[Signature, ...]:
+    """Validate a loaded catalog document (``{version: 1, signatures: [...]}``).
+
+    Raises ``CatalogError`` naming ``source``, the entry and the offending key.
+    """
+    if document is None:
+        return ()
+    if not isinstance(document, dict):
+        raise CatalogError(f"{source}: a signature file must be a mapping with a 'signatures' list")
+    unknown = sorted(set(document) - CATALOG_KEYS)
+    if unknown:
+        raise CatalogError(
+            f"{source}: unknown top-level key {unknown[0]!r} (known keys: version, signatures)"
+        )
+    version = document.get("version", CATALOG_VERSION)
+    if version != CATALOG_VERSION:
+        raise CatalogError(f"{source}: unsupported 'version' {version!r} (this ckptctl reads 1)")
+    entries = document.get("signatures") or []
+    if not isinstance(entries, list):
+        raise CatalogError(f"{source}: 'signatures' must be a list")
+    signatures = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        sig = parse_signature(entry, where=f"{source}: signatures[{i}]")
+        if sig.id in seen:
+            raise CatalogError(f"{source}: signatures[{i}]: id {sig.id!r} appears twice")
+        seen.add(sig.id)
+        signatures.append(sig)
+    return tuple(signatures)
+
+
+def merge_catalogs(
+    base: Sequence[Signature], extras: Iterable[Sequence[Signature]]
+) -> tuple[Signature, ...]:
+    """User signatures first (they take precedence); one with a built-in's id replaces it."""
+    merged: list[Signature] = []
+    ids: set[str] = set()
+    for extra in extras:
+        for sig in extra:
+            if sig.id in ids:
+                merged = [s for s in merged if s.id != sig.id]
+            merged.append(sig)
+            ids.add(sig.id)
+    merged.extend(s for s in base if s.id not in ids)
+    return tuple(merged)
+
+

@@ -1,0 +1,337 @@
+"""Events: matched lines of one file, with their torchrun-table context, and the
+bounded evidence collected over all files (pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from ckptctl.core.classify.attribution import normalize_host, normalize_pci
+from ckptctl.core.classify.catalog import (
+    _CONFIDENCE_RANK,
+    _SEVERITY_RANK,
+    Category,
+    Role,
+    Signature,
+)
+from ckptctl.core.classify.scan import BlockScan, Matcher
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """One log line that matched a signature, with where it came from and whom it names."""
+
+    signature: Signature
+    file: str
+    line: int
+    """1-based line number in ``file``."""
+    text: str
+    host: str | None = None
+    host_source: str | None = None
+    """How ``host`` was found: ``line`` (its prefix or text), ``torchrun table``,
+    ``rank map`` (torchrun's rank->host table) or ``file name``."""
+    gpu: str | None = None
+    """PCI bus id, ``0000:3b:00``."""
+    gpu_index: int | None = None
+    """CUDA device index on the host, when the line gives one."""
+    rank: int | None = None
+    local_rank: int | None = None
+    xid: int | None = None
+    signal: str | None = None
+    exitcode: int | None = None
+    first_failure: bool = False
+    """Inside torchrun's "Root Cause (first observed failure)" record."""
+    order: int = 0
+    """Position in the input (file index, then line): earlier is smaller."""
+
+    @property
+    def role(self) -> Role:
+        return self.signature.role
+
+    @property
+    def category(self) -> Category:
+        return self.signature.category
+
+    @property
+    def strength(self) -> tuple[int, int]:
+        return (
+            _CONFIDENCE_RANK[self.signature.confidence],
+            _SEVERITY_RANK[self.signature.severity],
+        )
+
+
+_SIGNAL_NAMES = {
+    1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+    9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM",
+}  # fmt: skip
+
+
+def _int_or_none(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+def _signal_of(fields: Mapping[str, str]) -> str | None:
+    sig = fields.get("signal")
+    if sig:
+        sig = sig.strip().upper()
+        if sig.isdigit():
+            return _SIGNAL_NAMES.get(int(sig), f"signal {sig}")
+        return sig if sig.startswith("SIG") else f"SIG{sig}"
+    code = _int_or_none(fields.get("exitcode"))
+    if code is not None and code < 0:  # torchrun: negative exit code = killed by signal
+        return _SIGNAL_NAMES.get(-code, f"signal {-code}")
+    if code is not None and code > 128 and code - 128 in _SIGNAL_NAMES:  # shells: 128+N
+        return _SIGNAL_NAMES[code - 128]
+    return None
+
+
+@dataclass(slots=True)
+class _Record:
+    """One torchrun failure-table record (``[N]:`` followed by time/host/rank/...)."""
+
+    first_line: int
+    last_line: int
+    fields: dict[str, str] = field(default_factory=dict)
+    is_root: bool = False
+
+
+#: How far below its last field a torchrun record still attributes lines
+#: (its ``traceback :`` field can hold a Python traceback of a few dozen lines).
+_RECORD_REACH_LINES = 100
+
+
+class FileScanner:
+    """Turns the byte blocks of one log file into events (pure; the caller reads).
+
+    Keeps the per-file state: line numbers, and the torchrun failure-table record
+    the current line belongs to, so that the traceback field of a record is
+    attributed to that record's host and rank.
+    """
+
+    def __init__(
+        self, matcher: Matcher, *, file: str, file_index: int = 0, file_host: str | None = None
+    ) -> None:
+        self.matcher = matcher
+        self.file = file
+        self.file_host = normalize_host(file_host)
+        self._file_index = file_index
+        self.next_line = 1
+        self.num_lines = 0
+        self.num_matched_lines = 0
+        """Lines that matched a signature (context lines included)."""
+        self.rank_hosts: dict[int, str] = {}
+        self._record: _Record | None = None
+        self._pending_root = False
+
+    def feed(self, block: bytes, *, fixed_line: int | None = None) -> list[Event]:
+        """Events from one block of whole lines (the last may lack its newline).
+
+        ``fixed_line`` pins every line of the block to one line number (a JSON
+        error file's message, which sits on one line of the file).
+        """
+        return self.feed_scan(self.matcher.scan_block(block), fixed_line=fixed_line)
+
+    def feed_scan(self, scan: BlockScan, *, fixed_line: int | None = None) -> list[Event]:
+        """``feed`` for a block already matched by ``Matcher.scan_block`` (maybe elsewhere)."""
+        matches, newlines = scan
+        events: list[Event] = []
+        for offset, index, fields, text in matches:
+            line_no = self.next_line + offset if fixed_line is None else fixed_line
+            event = self._event_for(self.matcher.signatures[index], dict(fields), text, line_no)
+            if event is not None:
+                events.append(event)
+        if fixed_line is None:
+            self.next_line += newlines
+            self.num_lines += newlines
+        else:
+            self.num_lines = max(self.num_lines, fixed_line)
+        return events
+
+    def _event_for(self, sig: Signature, fields: dict[str, str], text: str, line_no: int) -> Event | None:
+        self.num_matched_lines += 1
+        if sig.role == "context":
+            self._observe_context(sig, fields, line_no)
+            return None
+        record = self._record
+        # A line belongs to the record above it if it is close and names no other
+        # rank ("[rank9]:..." after the table is rank 9's, not the record's).
+        in_record = (
+            record is not None
+            and line_no - record.last_line <= _RECORD_REACH_LINES
+            and fields.get("rank", record.fields.get("rank")) == record.fields.get("rank")
+        )
+        if record is not None and in_record:
+            for key in ("host", "rank", "local_rank", "exitcode"):
+                if key not in fields and key in record.fields:
+                    fields[key] = record.fields[key]
+                    if key == "host":
+                        fields["host_source"] = "torchrun table"
+        host = normalize_host(fields.get("host"))
+        host_source = fields.get("host_source") if host else None
+        if host is None and self.file_host is not None:
+            host, host_source = self.file_host, "file name"
+        xid = _int_or_none(fields.get("xid"))
+        return Event(
+            signature=sig,
+            file=self.file,
+            line=line_no,
+            text=text,
+            host=host,
+            host_source=host_source,
+            gpu=normalize_pci(fields.get("gpu")),
+            gpu_index=_int_or_none(fields.get("gpu_index")),
+            rank=_int_or_none(fields.get("rank")),
+            local_rank=_int_or_none(fields.get("local_rank")),
+            xid=xid if xid is not None else sig.xid,
+            signal=_signal_of(fields),
+            exitcode=_int_or_none(fields.get("exitcode")),
+            first_failure=bool(record is not None and in_record and record.is_root),
+            order=self._file_index * 10_000_000_000 + line_no,
+        )
+
+    def _observe_context(self, sig: Signature, fields: dict[str, str], line_no: int) -> None:
+        name = fields.get("field")
+        if name is None:
+            # A header ("Root Cause (first observed failure):"): the next record is the root.
+            self._pending_root = True
+            return
+        value = fields.get("value", "").strip()
+        record = self._record
+        starts_new = (
+            record is None
+            or name in record.fields
+            or line_no - record.last_line > 8  # fields of one record are adjacent
+        )
+        if starts_new:
+            record = _Record(first_line=line_no, last_line=line_no, is_root=self._pending_root)
+            self._pending_root = False
+            self._record = record
+        assert record is not None
+        record.last_line = line_no
+        record.fields[name] = value
+        for key in ("host", "rank", "local_rank", "exitcode", "pid"):
+            if fields.get(key):
+                record.fields[key] = fields[key]
+        rank = _int_or_none(record.fields.get("rank"))
+        host = normalize_host(record.fields.get("host"))
+        if rank is not None and host is not None:
+            self.rank_hosts[rank] = host
+
+
+# --------------------------------------------------------------------------------------
+# Collecting (bounded memory on any input size)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SignatureTally:
+    """How often one signature matched, and where."""
+
+    signature: Signature
+    count: int
+    hosts: tuple[str, ...]
+    num_hosts: int
+    """Distinct hosts (``hosts`` may be truncated)."""
+    samples: tuple[Event, ...]
+    """The first events, in input order (bounded)."""
+    num_ranks: int = 0
+    """Distinct ranks named (counted up to the collector's bound)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Evidence:
+    """Everything the verdict needs, already bounded in size."""
+
+    tallies: tuple[SignatureTally, ...]
+    rank_hosts: Mapping[int, str]
+    num_files: int = 0
+    num_lines: int = 0
+
+
+class EvidenceCollector:
+    """Accumulates events with bounded memory: counts, host sets and the first samples.
+
+    A multi-GB log can hold millions of NCCL timeout lines; the verdict needs their
+    count and hosts, and a few of them as evidence.
+    """
+
+    def __init__(self, *, max_samples: int = 20, max_hosts: int = 10_000) -> None:
+        self.max_samples = max_samples
+        self.max_hosts = max_hosts
+        self._count: dict[str, int] = {}
+        self._samples: dict[str, list[Event]] = {}
+        self._hosts: dict[str, dict[str, None]] = {}
+        self._unattributed_ranks: dict[str, set[int]] = {}
+        self._ranks: dict[str, set[int]] = {}
+        self._signatures: dict[str, Signature] = {}
+        self.rank_hosts: dict[int, str] = {}
+        self.num_files = 0
+        self.num_lines = 0
+
+    def add(self, event: Event) -> None:
+        sid = event.signature.id
+        self._signatures[sid] = event.signature
+        self._count[sid] = self._count.get(sid, 0) + 1
+        samples = self._samples.setdefault(sid, [])
+        if len(samples) < self.max_samples:
+            samples.append(event)
+        if event.rank is not None:
+            ranks = self._ranks.setdefault(sid, set())
+            if len(ranks) < self.max_hosts:
+                ranks.add(event.rank)
+        if event.host is not None:
+            hosts = self._hosts.setdefault(sid, {})
+            if len(hosts) < self.max_hosts:
+                hosts[event.host] = None
+        elif event.rank is not None:
+            ranks = self._unattributed_ranks.setdefault(sid, set())
+            if len(ranks) < self.max_hosts:
+                ranks.add(event.rank)
+
+    def add_file(self, scanner: FileScanner) -> None:
+        """Record a finished file: its line count and its torchrun rank->host table."""
+        self.num_files += 1
+        self.num_lines += scanner.num_lines
+        for rank, host in scanner.rank_hosts.items():
+            if len(self.rank_hosts) < 1_000_000:
+                self.rank_hosts.setdefault(rank, host)
+
+    def evidence(self) -> Evidence:
+        """Freeze what was collected; lines that named only a rank get its host now."""
+        tallies = []
+        for sid, count in self._count.items():
+            hosts = dict(self._hosts.get(sid, {}))
+            for rank in sorted(self._unattributed_ranks.get(sid, ())):
+                host = self.rank_hosts.get(rank)
+                if host is not None and len(hosts) < self.max_hosts:
+                    hosts[host] = None
+            samples = tuple(_attribute_rank(e, self.rank_hosts) for e in self._samples[sid])
+            tallies.append(
+                SignatureTally(
+                    signature=self._signatures[sid],
+                    count=count,
+                    hosts=tuple(sorted(hosts)),
+                    num_hosts=len(hosts),
+                    samples=samples,
+                    num_ranks=len(self._ranks.get(sid, ())),
+                )
+            )
+        tallies.sort(key=lambda t: t.samples[0].order if t.samples else 0)
+        return Evidence(
+            tallies=tuple(tallies),
+            rank_hosts=dict(self.rank_hosts),
+            num_files=self.num_files,
+            num_lines=self.num_lines,
+        )
+
+
+def _attribute_rank(event: Event, rank_hosts: Mapping[int, str]) -> Event:
+    if event.host is None and event.rank is not None and event.rank in rank_hosts:
+        return replace(event, host=rank_hosts[event.rank], host_source="rank map")
+    return event
