@@ -104,7 +104,7 @@ def test_corpus_verdicts(
     assert exit_code == code == doc["exit_code"]
     assert doc["category"] == category
     assert doc["hosts"] == hosts
-    assert [g["pci_bus_id"] for g in doc["gpus"]] == gpus
+    assert [g["pci_bus_id"] for g in doc["gpus"] if g["pci_bus_id"]] == gpus
     assert (doc["root_cause"] or {}).get("signature") == root
     assert doc["confidence"] in ("high", "medium", "low")
     assert doc["action"]
@@ -409,13 +409,17 @@ def test_json_schema_keys_are_a_contract() -> None:
     assert list(doc) == [
         "category", "confidence", "action", "hosts", "gpus", "root_cause", "evidence", "symptoms",
         "other_causes", "suspect_hosts", "reasons", "what_would_settle_it", "signatures", "inputs",
-        "catalog", "warnings", "elapsed_s", "exit_code",
+        "catalog", "warnings", "elapsed_s", "exit_code", "suspects",
     ]  # fmt: skip
     assert list(doc["root_cause"]) == [
         "file", "line", "text", "signature", "description", "category", "role", "severity",
         "confidence", "host", "host_source", "gpu", "gpu_index", "rank", "local_rank", "xid",
-        "signal", "exitcode", "first_failure",
+        "signal", "exitcode", "first_failure", "peer", "peer_host", "pod", "time",
     ]  # fmt: skip
+    assert [list(s) for s in doc["suspects"]][:1] == [
+        ["host", "gpu", "rank", "local_rank", "peer", "pod", "role", "reason"]
+    ]
+    assert doc["suspects"][0]["role"] == "culprit" and doc["suspects"][0]["host"] == "gpu-node-03"
     assert doc["root_cause"]["host"] == "gpu-node-03" and doc["root_cause"]["host_source"] == "rank map"
 
 

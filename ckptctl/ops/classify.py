@@ -128,6 +128,24 @@ def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
         "signal": e.signal,
         "exitcode": e.exitcode,
         "first_failure": e.first_failure,
+        "peer": e.peer,
+        "peer_host": e.peer_host,
+        "pod": e.pod,
+        "time": e.time,
+    }
+
+
+def suspect_json(s: core.Suspect) -> dict[str, Any]:
+    """One suspect: ``{host, gpu, rank, local_rank, peer, pod, role, reason}``."""
+    return {
+        "host": s.host,
+        "gpu": s.gpu,
+        "rank": s.rank,
+        "local_rank": s.local_rank,
+        "peer": s.peer,
+        "pod": s.pod,
+        "role": s.role,
+        "reason": s.reason,
     }
 
 
@@ -253,6 +271,7 @@ class ClassifyResult:
             "warnings": list(self.warnings),
             "elapsed_s": round(self.elapsed_s, 3),
             "exit_code": self.exit_code,
+            "suspects": [suspect_json(s) for s in v.suspects],
         }
 
 

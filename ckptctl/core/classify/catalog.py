@@ -45,7 +45,7 @@ EVENT_GROUPS = frozenset(
     }
 )  # fmt: skip
 #: Extra groups only context signatures use.
-_CONTEXT_GROUPS = frozenset({"field", "value"})
+_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host"})
 
 SIGNATURE_KEYS = frozenset(
     {

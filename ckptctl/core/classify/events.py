@@ -4,6 +4,7 @@ bounded evidence collected over all files (pure).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -40,6 +41,14 @@ class Event:
     xid: int | None = None
     signal: str | None = None
     exitcode: int | None = None
+    peer: str | None = None
+    """The other end of a failed connection the line names (host or IP)."""
+    peer_host: str | None = None
+    """The host behind ``peer`` when some line resolves it (reverse DNS, /etc/hosts)."""
+    pod: str | None = None
+    """The Kubernetes pod the line names (or whose ``kubectl describe`` it sits in)."""
+    time: str | None = None
+    """The line's timestamp as written."""
     first_failure: bool = False
     """Inside torchrun's "Root Cause (first observed failure)" record."""
     order: int = 0
@@ -101,6 +110,35 @@ class _Record:
     is_root: bool = False
 
 
+def context_kind(sig: Signature) -> str:
+    """What a context signature's lines do, from the groups its pattern captures:
+    ``table-field`` (field/value: a torchrun failure-table field), ``name-resolution``
+    (peer_host: an IP and the host behind it; the IP comes from ``attribute_line``), ``message-head`` (gpu: the head of a
+    multi-line kernel message), ``section`` (host or pod: a shell prompt, a
+    ``kubectl describe`` header), ``header`` (none: torchrun's "Root Cause")."""
+    kind = _CONTEXT_KINDS.get(sig.pattern)
+    if kind is None:
+        groups = set(re.compile(sig.pattern).groupindex)
+        if "field" in groups:
+            kind = "table-field"
+        elif "peer_host" in groups:
+            kind = "name-resolution"
+        elif "gpu" in groups:
+            kind = "message-head"
+        elif groups & {"host", "pod"}:
+            kind = "section"
+        else:
+            kind = "header"
+        if len(_CONTEXT_KINDS) < 10_000:
+            _CONTEXT_KINDS[sig.pattern] = kind
+    return kind
+
+
+_CONTEXT_KINDS: dict[str, str] = {}
+
+#: How many lines after its head a kernel message may continue.
+_CONTINUATION_LINES = 3
+
 #: How far below its last field a torchrun record still attributes lines
 #: (its ``traceback :`` field can hold a Python traceback of a few dozen lines).
 _RECORD_REACH_LINES = 100
@@ -126,8 +164,16 @@ class FileScanner:
         self.num_matched_lines = 0
         """Lines that matched a signature (context lines included)."""
         self.rank_hosts: dict[int, str] = {}
+        self.peer_hosts: dict[str, str] = {}
+        """IP -> host from reverse-DNS and /etc/hosts lines."""
         self._record: _Record | None = None
         self._pending_root = False
+        #: A section context (a shell prompt, a kubectl describe header) names the
+        #: host/pod of the lines below it until the next one.
+        self._section: dict[str, str] = {}
+        #: The head of a multi-line kernel message ("NVRM: The NVIDIA GPU 0000:ca:00.0
+        #: ...") and its line: its continuation lines inherit its GPU and host.
+        self._message_head: tuple[int, dict[str, str]] | None = None
 
     def feed(self, block: bytes, *, fixed_line: int | None = None) -> list[Event]:
         """Events from one block of whole lines (the last may lack its newline).
@@ -158,6 +204,16 @@ class FileScanner:
         if sig.role == "context":
             self._observe_context(sig, fields, line_no)
             return None
+        head = self._message_head
+        if head is not None and 0 < line_no - head[0] <= _CONTINUATION_LINES:
+            if fields.get("host", head[1].get("host")) == head[1].get("host"):
+                for key, value in head[1].items():
+                    fields.setdefault(key, value)
+        for key, value in self._section.items():
+            if key not in fields:
+                fields[key] = value
+                if key == "host":
+                    fields["host_source"] = "section"
         record = self._record
         # A line belongs to the record above it if it is close and names no other
         # rank ("[rank9]:..." after the table is rank 9's, not the record's).
@@ -191,11 +247,30 @@ class FileScanner:
             xid=xid if xid is not None else sig.xid,
             signal=_signal_of(fields),
             exitcode=_int_or_none(fields.get("exitcode")),
+            peer=normalize_host(fields.get("peer")),
+            pod=fields.get("pod"),
+            time=fields.get("time"),
             first_failure=bool(record is not None and in_record and record.is_root),
             order=self._file_index * 10_000_000_000 + line_no,
         )
 
     def _observe_context(self, sig: Signature, fields: dict[str, str], line_no: int) -> None:
+        """Context lines: torchrun table fields and headers, section headers (a
+        shell prompt, ``kubectl describe``'s Name/Node), name resolutions, and the
+        heads of multi-line kernel messages. Which kind a line is follows from the
+        groups its signature captures."""
+        kind = context_kind(sig)
+        if kind == "name-resolution":
+            if fields.get("peer") and fields.get("peer_host") and len(self.peer_hosts) < 100_000:
+                self.peer_hosts[fields["peer"]] = normalize_host(fields["peer_host"]) or fields["peer_host"]
+            return
+        if kind == "message-head":
+            self._message_head = (line_no, {k: fields[k] for k in ("gpu", "host") if k in fields})
+            return
+        if kind == "section":
+            # A later prompt or header replaces what it names (host, pod).
+            self._section.update({k: fields[k] for k in ("host", "pod") if k in fields})
+            return
         name = fields.get("field")
         if name is None:
             # A header ("Root Cause (first observed failure):"): the next record is the root.
@@ -250,6 +325,8 @@ class Evidence:
 
     tallies: tuple[SignatureTally, ...]
     rank_hosts: Mapping[int, str]
+    peer_hosts: Mapping[str, str] = field(default_factory=dict)
+    """IP -> host, from reverse-DNS and /etc/hosts lines in the input."""
     num_files: int = 0
     num_lines: int = 0
 
@@ -271,6 +348,7 @@ class EvidenceCollector:
         self._ranks: dict[str, set[int]] = {}
         self._signatures: dict[str, Signature] = {}
         self.rank_hosts: dict[int, str] = {}
+        self.peer_hosts: dict[str, str] = {}
         self.num_files = 0
         self.num_lines = 0
 
@@ -301,6 +379,9 @@ class EvidenceCollector:
         for rank, host in scanner.rank_hosts.items():
             if len(self.rank_hosts) < 1_000_000:
                 self.rank_hosts.setdefault(rank, host)
+        for ip, host in scanner.peer_hosts.items():
+            if len(self.peer_hosts) < 100_000:
+                self.peer_hosts.setdefault(ip, host)
 
     def evidence(self) -> Evidence:
         """Freeze what was collected; lines that named only a rank get its host now."""
@@ -311,7 +392,10 @@ class EvidenceCollector:
                 host = self.rank_hosts.get(rank)
                 if host is not None and len(hosts) < self.max_hosts:
                     hosts[host] = None
-            samples = tuple(_attribute_rank(e, self.rank_hosts) for e in self._samples[sid])
+            samples = tuple(
+                _attribute_peer(_attribute_rank(e, self.rank_hosts), self.peer_hosts)
+                for e in self._samples[sid]
+            )
             tallies.append(
                 SignatureTally(
                     signature=self._signatures[sid],
@@ -326,6 +410,7 @@ class EvidenceCollector:
         return Evidence(
             tallies=tuple(tallies),
             rank_hosts=dict(self.rank_hosts),
+            peer_hosts=dict(self.peer_hosts),
             num_files=self.num_files,
             num_lines=self.num_lines,
         )
@@ -334,4 +419,10 @@ class EvidenceCollector:
 def _attribute_rank(event: Event, rank_hosts: Mapping[int, str]) -> Event:
     if event.host is None and event.rank is not None and event.rank in rank_hosts:
         return replace(event, host=rank_hosts[event.rank], host_source="rank map")
+    return event
+
+
+def _attribute_peer(event: Event, peer_hosts: Mapping[str, str]) -> Event:
+    if event.peer is not None and event.peer in peer_hosts:
+        return replace(event, peer_host=peer_hosts[event.peer])
     return event

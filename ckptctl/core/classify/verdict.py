@@ -41,6 +41,7 @@ class Suspect:
     gpu: str | None = None
     """PCI bus id, or ``cuda:N`` when the line gives only the CUDA index."""
     rank: int | None = None
+    local_rank: int | None = None
     peer: str | None = None
     """The other end of a failed connection (host or IP)."""
     pod: str | None = None
@@ -162,11 +163,15 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         + " (a consequence, not a cause)"
         for t in symptom_tallies
     )
-    first_failures = [e for t in tallies for e in t.samples if e.first_failure and e.host]
+    first_failures = [
+        e for t in tallies for e in t.samples if e.first_failure and (e.host or e.rank is not None)
+    ]
     suspects_from_symptoms = _unique(e.host for e in first_failures)
 
     if not cause_tallies:
-        return _unknown_verdict(evidence, symptom_tallies, symptoms, symptom_reasons, suspects_from_symptoms)
+        return _unknown_verdict(
+            evidence, symptom_tallies, symptoms, symptom_reasons, suspects_from_symptoms, first_failures
+        )
 
     def best(ts: Sequence[SignatureTally]) -> tuple[int, int]:
         return max(_strength(t.signature) for t in ts)
@@ -253,6 +258,13 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         if winner == "infra"
         else ()
     )
+    is_link = winner == "infra" and root.peer is not None
+    if is_link:
+        # A failed link: both ends are suspects until counters on both say which is bad.
+        ends = (root.host, root.peer_host or root.peer)
+        suspect_hosts = _unique([*suspect_hosts, *(h for h in ends if h not in hosts)])
+    if winner == "infra" and not gpus and (root.gpu or root.gpu_index is not None):
+        gpus = _unique_gpus([root])
 
     root_sig = root.signature
     reasons.insert(
@@ -279,6 +291,17 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         )
 
     action = _action(winner, root, hosts, gpus, confidence)
+    if is_link:
+        action += " " + LINK_ACTION.format(
+            a=root.host or f"the host that wrote {root.file}", b=root.peer_host or root.peer
+        )
+    suspects = _suspects(
+        root=root,
+        is_link=is_link,
+        causes=causes[1:],
+        first_failures=first_failures,
+        symptoms=symptoms,
+    )
     return Verdict(
         category=winner,
         confidence=confidence,
@@ -292,6 +315,7 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         gpus=gpus,
         reasons=tuple(reasons),
         what_would_settle_it=_unique(s for s in settle if s),
+        suspects=suspects,
     )
 
 
@@ -373,6 +397,7 @@ def _unknown_verdict(
     symptoms: tuple[Event, ...],
     symptom_reasons: tuple[str, ...],
     suspects: tuple[str, ...],
+    first_failures: Sequence[Event] = (),
 ) -> Verdict:
     settle: list[str] = []
     for t in sorted(symptom_tallies, key=lambda t: not any(e.first_failure for e in t.samples)):
@@ -412,6 +437,14 @@ def _unknown_verdict(
         gpus=(),
         reasons=reasons,
         what_would_settle_it=_unique(settle),
+        suspects=_suspects(
+            root=None,
+            is_link=False,
+            causes=(),
+            first_failures=first_failures,
+            symptoms=[e for t in symptom_tallies for e in t.samples],
+            symptom_hosts=symptom_hosts,
+        ),
     )
 
 
@@ -422,3 +455,68 @@ def iter_events(verdict: Verdict) -> Iterator[Event]:
         if id(e) not in seen:
             seen.add(id(e))
             yield e
+
+
+#: Appended to the action of a link fault (an IB/RoCE/socket error naming a peer).
+LINK_ACTION = (
+    "Which end of the link is bad cannot be told from one side: on both {a} and {b} compare "
+    "ibstat / ibv_devinfo -v (port state, physical state, rate) and the port error counters "
+    "(perfquery -x, or /sys/class/infiniband/*/ports/*/counters: symbol_error, link_downed, "
+    "port_rcv_errors), and the switch ports between them; the end whose counters grow, or "
+    "that other peers also fail against, is the bad one."
+)
+
+#: Most suspects listed in a verdict.
+MAX_SUSPECTS = 20
+
+
+def _gpu_name(e: Event) -> str | None:
+    return e.gpu or (None if e.gpu_index is None else f"cuda:{e.gpu_index}")
+
+
+def _suspects(
+    *,
+    root: Event | None,
+    is_link: bool,
+    causes: Sequence[Event],
+    first_failures: Sequence[Event],
+    symptoms: Sequence[Event],
+    symptom_hosts: Sequence[str] = (),
+) -> tuple[Suspect, ...]:
+    """Whom the evidence points at, most important first, each once."""
+    out: list[Suspect] = []
+    seen: set[tuple[object, ...]] = set()
+
+    def add(s: Suspect) -> None:
+        key = (s.host, s.gpu, s.rank, s.local_rank, s.peer, s.pod)
+        if any(v is not None for v in key) and key not in seen and len(out) < MAX_SUSPECTS:
+            seen.add(key)
+            out.append(s)
+
+    def of(e: Event, role: str, reason: str) -> Suspect:
+        return Suspect(
+            host=e.host, gpu=_gpu_name(e), rank=e.rank, local_rank=e.local_rank, pod=e.pod,
+            role=role, reason=reason,
+        )  # fmt: skip
+
+    if root is not None:
+        label = _label(root.signature)
+        if is_link:
+            add(of(root, "endpoint", f"reporting end of the failed link: {label}"))
+            add(Suspect(host=root.peer_host, peer=root.peer, role="endpoint",
+                        reason=f"remote end of the failed link: {label}"))  # fmt: skip
+        else:
+            add(of(root, "culprit", f"root cause: {label}"))
+    for e in causes:
+        add(of(e, "cause", _label(e.signature)))
+    for e in first_failures:
+        add(of(e, "first-failure", "torchrun's first observed failure"))
+    for e in symptoms:
+        if e.peer is not None:
+            add(Suspect(host=e.peer_host, peer=e.peer, role="peer",
+                        reason=f"named by {_label(e.signature)}: the other end went away first"))  # fmt: skip
+    if root is None:
+        for e in symptoms:
+            if e.host in symptom_hosts or (e.host is None and e.rank is not None):
+                add(of(e, "suspect", f"reported {_label(e.signature)}"))
+    return tuple(out)
