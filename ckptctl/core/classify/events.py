@@ -205,10 +205,13 @@ class FileScanner:
             self._observe_context(sig, fields, line_no)
             return None
         head = self._message_head
-        if head is not None and 0 < line_no - head[0] <= _CONTINUATION_LINES:
-            if fields.get("host", head[1].get("host")) == head[1].get("host"):
-                for key, value in head[1].items():
-                    fields.setdefault(key, value)
+        if (
+            head is not None
+            and 0 < line_no - head[0] <= _CONTINUATION_LINES
+            and fields.get("host", head[1].get("host")) == head[1].get("host")
+        ):
+            for key, value in head[1].items():
+                fields.setdefault(key, value)
         for key, value in self._section.items():
             if key not in fields:
                 fields[key] = value
