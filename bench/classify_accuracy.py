@@ -45,7 +45,7 @@ def names_in(doc: dict[str, Any]) -> set[str]:
     if doc.get("root_cause"):
         items.append(doc["root_cause"])
     for s in items:
-        for key in ("host", "peer"):
+        for key in ("host", "peer", "pod"):
             if s.get(key):
                 names.add(str(s[key]))
         if s.get("rank") is not None:

@@ -66,7 +66,7 @@ SCENARIOS: list[tuple[str, str, int, list[str], str | None, list[str]]] = [
     ("xid94_95", "infra", 10, ["gpu-node-22", "gpu-node-23"], "xid-94", ["0000:b7:00", "0000:af:00"]),
     ("xid119_gsp", "infra", 10, ["gpu-node-31"], "xid-119", ["0000:65:00"]),
     ("slurm_node_fail", "infra", 10, ["gpu-node-07"], "slurm-node-failure", []),
-    ("ib_completion", "infra", 10, [], "nccl-ib-completion-error", []),
+    ("ib_completion", "infra", 10, [], "nccl-ib-wc-retry-exceeded", []),
     ("cuda_oom", "job", 11, [], "cuda-oom", []),
     ("error_file", "job", 11, [], "cuda-oom", []),
     ("illegal_memory_access", "job", 11, [], "cuda-illegal-address", []),
@@ -357,7 +357,7 @@ def test_user_signatures_extend_the_catalog(tmp_path: Path) -> None:
     code, doc, _ = classify_json("--signatures", str(site), str(log))
     assert code == 10 and doc["root_cause"]["signature"] == "lustre-ost-down"
     assert "Page the storage team" in doc["action"] and doc["hosts"] == []
-    assert doc["catalog"]["files"] == ["builtin:default.yaml", str(site)]
+    assert doc["catalog"]["files"] == [*("builtin:" + n for n in ops.BUILTIN_CATALOGS), str(site)]
 
 
 @pytest.mark.parametrize(

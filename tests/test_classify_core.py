@@ -162,7 +162,7 @@ LINES = [
     ("<3>Jan 14 03:12:44 gpu-node-09 kernel: NVRM: Xid (PCI:0000:c1:00): 74, pid=2941, name=python, NVLink: fatal error detected on link 14",
      "xid-74", {"host": "gpu-node-09"}),
     ("gpu-node-12:48211:48450 [2] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.4.22<53282> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
-     "nccl-ib-completion-error", {"host": "gpu-node-12", "gpu_index": "2"}),
+     "nccl-ib-wc-retry-exceeded", {"host": "gpu-node-12", "gpu_index": "2", "peer": "10.1.4.22"}),
     ("3: gpu-node-04:3310:3390 [5] misc/socket.cc:560 NCCL WARN Net : Connection closed by remote peer gpu-node-17<49152>",
      "nccl-remote-error", {"host": "gpu-node-04", "gpu_index": "5"}),
     ("[rank12]:[E1121 03:22:45.123456789 ProcessGroupNCCL.cpp:616] [Rank 12] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.",

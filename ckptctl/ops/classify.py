@@ -42,6 +42,12 @@ EXIT_CODES: dict[str, int] = {
 }
 
 DEFAULT_CATALOG = "default.yaml"
+#: The built-in catalogs (``ckptctl/signatures/``), in precedence order: a line becomes
+#: an event of the first signature that matches it. XIDs first (the code decides);
+#: then NCCL's and the fabric's specific errors and the platforms' preemption and
+#: maintenance wordings; then the general catalog (ending with the generic Python
+#: exception rule).
+BUILTIN_CATALOGS = ("xids.yaml", "nccl.yaml", "preemption.yaml", DEFAULT_CATALOG)
 #: Evidence lines kept per signature in the result (counts are always complete).
 MAX_EVIDENCE_PER_SIGNATURE = 5
 
@@ -64,12 +70,21 @@ def _yaml_load(text: str, source: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def load_default_signatures() -> tuple[core.Signature, ...]:
-    """The catalog shipped in the package (``ckptctl/signatures/default.yaml``); parsed once."""
-    text = resources.files("ckptctl.signatures").joinpath(DEFAULT_CATALOG).read_text("utf-8")
-    try:
-        return core.parse_catalog(_yaml_load(text, DEFAULT_CATALOG), source=DEFAULT_CATALOG)
-    except core.CatalogError as e:  # pragma: no cover - the shipped catalog is tested
-        raise ConfigError(str(e)) from e
+    """The catalogs shipped in the package (``BUILTIN_CATALOGS``), in order; parsed once."""
+    signatures: list[core.Signature] = []
+    seen: set[str] = set()
+    for name in BUILTIN_CATALOGS:
+        text = resources.files("ckptctl.signatures").joinpath(name).read_text("utf-8")
+        try:
+            parsed = core.parse_catalog(_yaml_load(text, name), source=name)
+        except core.CatalogError as e:  # pragma: no cover - the shipped catalogs are tested
+            raise ConfigError(str(e)) from e
+        for sig in parsed:
+            if sig.id in seen:  # pragma: no cover - the shipped catalogs are tested
+                raise ConfigError(f"{name}: id {sig.id!r} is also in another built-in catalog")
+            seen.add(sig.id)
+            signatures.append(sig)
+    return tuple(signatures)
 
 
 def load_signature_file(path: str) -> tuple[core.Signature, ...]:
@@ -266,7 +281,7 @@ class ClassifyResult:
             },
             "catalog": {
                 "signatures": self.num_signatures,
-                "files": ["builtin:" + DEFAULT_CATALOG, *self.signature_files],
+                "files": [*("builtin:" + n for n in BUILTIN_CATALOGS), *self.signature_files],
             },
             "warnings": list(self.warnings),
             "elapsed_s": round(self.elapsed_s, 3),
