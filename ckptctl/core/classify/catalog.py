@@ -36,6 +36,8 @@ XID_PATTERN_TEMPLATE = (
     r"(?:\.[0-7])?)\): (?P<xid>{code})\b"
 )
 
+_XID_LINE = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
+
 #: Named groups a signature pattern may use; each fills the same-named field of
 #: the event. Any other named group is an error (it would be silently ignored).
 EVENT_GROUPS = frozenset(
@@ -172,14 +174,17 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         raise CatalogError(f"{where}: 'xid' must be a non-negative integer, got {xid_value!r}")
     pattern = _require_str(entry, "pattern", where, required=xid_value is None)
     if not pattern:
+        # Generated from the template (known valid): one compile serves every XID entry.
         pattern = XID_PATTERN_TEMPLATE.format(code=xid_value)
-    try:
-        compiled = re.compile(pattern)
-    except re.error as e:
-        raise CatalogError(f"{where}: 'pattern' is not a valid regular expression: {e}") from e
+        groups = set(_XID_LINE.groupindex)
+    else:
+        try:
+            groups = set(re.compile(pattern).groupindex)
+        except re.error as e:
+            raise CatalogError(f"{where}: 'pattern' is not a valid regular expression: {e}") from e
     role = cast(Role, _require_choice(entry, "role", where, ROLES, "cause"))
     allowed_groups = EVENT_GROUPS | (_CONTEXT_GROUPS if role == "context" else frozenset())
-    bad_groups = sorted(set(compiled.groupindex) - allowed_groups)
+    bad_groups = sorted(groups - allowed_groups)
     if bad_groups:
         raise CatalogError(
             f"{where}: pattern group {bad_groups[0]!r} is not one of {', '.join(sorted(allowed_groups))}"

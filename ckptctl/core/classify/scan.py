@@ -230,7 +230,15 @@ class Matcher:
 
     def __init__(self, signatures: Sequence[Signature], scanner: ScannerFactory | None = None) -> None:
         self.signatures = tuple(signatures)
-        self._compiled = [re.compile(s.pattern) for s in self.signatures]
+        self._xid_only = [
+            sig.xid is not None and sig.pattern == XID_PATTERN_TEMPLATE.format(code=sig.xid)
+            for sig in self.signatures
+        ]
+        # XID-only signatures share one compiled XID line (below): no pattern of their own.
+        self._compiled: list[re.Pattern[str] | None] = [
+            None if xid_only else re.compile(s.pattern)
+            for s, xid_only in zip(self.signatures, self._xid_only, strict=True)
+        ]
         by_keyword: dict[str, list[int]] = {}
         self._always: tuple[int, ...] = tuple(
             i for i, sig in enumerate(self.signatures) if not sig.keywords
@@ -253,10 +261,6 @@ class Matcher:
             self._pattern_passes.append(fallback)
         self._all_patterns = (1 << len(self._always)) - 1
         self._xid_line = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
-        self._xid_only = [
-            sig.xid is not None and sig.pattern == XID_PATTERN_TEMPLATE.format(code=sig.xid)
-            for sig in self.signatures
-        ]
 
     @property
     def engine(self) -> str:
@@ -315,7 +319,7 @@ class Matcher:
                     continue
                 m = cast(re.Match[str], xid_match)
             else:
-                found = self._compiled[i].search(text)
+                found = cast(re.Pattern[str], self._compiled[i]).search(text)
                 if found is None:
                     continue
                 m = found
