@@ -79,7 +79,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # an IP and the host behind it: reverse DNS (host / dig -x / nslookup) and /etc/hosts
         ("reverse-dns", r"(?P<peer>" + _IP + r")\.in-addr\.arpa\.?\s+(?:domain name pointer|name =|\d*\s*IN\s+PTR)\s+"
          r"(?P<peer_host>" + _HOSTNAME + ")"),
-        ("hosts-file", r"^(?P<peer>" + _IP + r")\s+(?P<peer_host>[A-Za-z]" + _HOSTNAME[1:] + r")(?:\s|$)"),
+        ("hosts-file", r"^(?P<peer>" + _IP + r")\s+(?P<peer_host>[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?)(?:\s|$)"),
         # wording that names a node: "..., node: gpu-g05", "on node gpu-f2"
         ("text-node", r"\b(?:on node|[Nn]ode:|on host)\s+(?P<host>" + _HOSTNAME + ")"),
         # the other end of a connection: NCCL, gloo, sockets
@@ -109,9 +109,11 @@ class LineAttribution:
     """Who a line names, from its shape; None where the shape says nothing."""
 
     host: str | None = None
-    """The host that wrote the line (or that the line is about), as written."""
+    """The host that wrote the line (or that the line is about), short (``normalize_host``)."""
     host_shape: str | None = None
     """Name of the shape that gave ``host`` (``syslog``, ``nccl``, ``shell-prompt``...)."""
+    shapes: tuple[str, ...] = ()
+    """Every shape the line has, in table order."""
     rank: int | None = None
     local_rank: int | None = None
     gpu: str | None = None
@@ -141,10 +143,12 @@ def attribute_line(text: str) -> LineAttribution:
     """Host, rank, local rank, GPU, peer, pod and time that ``text``'s shape carries."""
     found: dict[str, str] = {}
     host_shape: str | None = None
+    shapes: list[str] = []
     for name, rx in SHAPES:
         m = rx.search(text)
         if m is None:
             continue
+        shapes.append(name)
         for key, value in m.groupdict().items():
             if value is None or key in found:
                 continue
@@ -156,8 +160,9 @@ def attribute_line(text: str) -> LineAttribution:
         if name == "reverse-dns" and "peer" in found and found.get("peer_host"):
             found["peer"] = ".".join(reversed(found["peer"].split(".")))
     return LineAttribution(
-        host=found.get("host"),
+        host=normalize_host(found.get("host")),
         host_shape=host_shape,
+        shapes=tuple(shapes),
         rank=_int(found.get("rank")),
         local_rank=_int(found.get("local_rank")),
         gpu=normalize_pci(found.get("gpu")),
