@@ -505,6 +505,8 @@ def _suspects(
             add(of(root, "endpoint", f"reporting end of the failed link: {label}"))
             add(Suspect(host=root.peer_host, peer=root.peer, role="endpoint",
                         reason=f"remote end of the failed link: {label}"))  # fmt: skip
+        elif root.category == "preemption":
+            add(of(root, "stopped", f"stopped from outside: {label}"))
         else:
             add(of(root, "culprit", f"root cause: {label}"))
     for e in causes:
