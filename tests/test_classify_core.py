@@ -156,7 +156,7 @@ LINES = [
     ("Nov 21 03:12:44 gpu-node-17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
      "xid-79", {"host": "gpu-node-17", "gpu": "0000:3b:00", "xid": "79"}),
     ("2026-01-14T03:40:17.401122+00:00 gpu-node-22.cluster.local kernel: NVRM: Xid (PCI:0000:b7:00): 94, pid=3310, name=python, Contained: SM (0x1). RST: No, D-RST: No",
-     "xid-94", {"host": "gpu-node-22.cluster.local", "gpu": "0000:b7:00"}),
+     "xid-94", {"host": "gpu-node-22", "gpu": "0000:b7:00"}),
     ("[1829344.402114] NVRM: Xid (0000:03:00): 48, pid=77, name=python, An uncorrectable double bit error (DBE) has been detected",
      "xid-48", {"gpu": "0000:03:00"}),
     ("<3>Jan 14 03:12:44 gpu-node-09 kernel: NVRM: Xid (PCI:0000:c1:00): 74, pid=2941, name=python, NVLink: fatal error detected on link 14",
