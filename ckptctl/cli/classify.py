@@ -16,7 +16,7 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from ckptctl.core.classify import Event
+    from ckptctl.core.classify import Event, Suspect
     from ckptctl.ops.classify import ClassifyResult
 
 # ops is imported inside the command: `ckptctl --help` must stay fast.
@@ -123,6 +123,18 @@ def _evidence_line(e: Event, label: str) -> None:
     console.print(f"          {escape(text)}", highlight=False)
 
 
+def _suspect_where(s: Suspect) -> str:
+    gpu = s.gpu and (s.gpu if s.gpu.startswith("cuda:") else f"GPU {s.gpu}")
+    parts = [p for p in (s.host, s.pod and f"pod {s.pod}", gpu) if p]
+    if s.rank is not None:
+        parts.append(f"rank {s.rank}")
+    elif s.local_rank is not None:
+        parts.append(f"local rank {s.local_rank}")
+    if s.peer is not None and s.peer != s.host:
+        parts.append(f"peer {s.peer}")
+    return " ".join(parts) or "?"
+
+
 def _render(result: ClassifyResult) -> None:
     console = out.out()
     v = result.verdict
@@ -141,6 +153,11 @@ def _render(result: ClassifyResult) -> None:
         console.print(f"[bold]GPUs:[/] {escape(gpus)}")
     if v.suspect_hosts:
         console.print(f"[bold]Suspect hosts:[/] {escape(', '.join(v.suspect_hosts))}")
+    if v.suspects:
+        console.print("")
+        console.print("[bold]Suspects[/]")
+        for s in v.suspects:
+            console.print(f"  {s.role:<13} {escape(_suspect_where(s))}: {escape(s.reason)}", highlight=False)
     console.print("")
     console.print("[bold]Evidence[/]")
     if v.root_cause is not None:

@@ -519,6 +519,6 @@ def _suspects(
                         reason=f"named by {_label(e.signature)}: the other end went away first"))  # fmt: skip
     if root is None:
         for e in symptoms:
-            if e.host in symptom_hosts or (e.host is None and e.rank is not None):
+            if e.host in symptom_hosts:
                 add(of(e, "suspect", f"reported {_label(e.signature)}"))
     return tuple(out)
