@@ -156,8 +156,8 @@ def _render(result: ClassifyResult) -> None:
     if v.suspects:
         console.print("")
         console.print("[bold]Suspects[/]")
-        for s in v.suspects:
-            console.print(f"  {s.role:<13} {escape(_suspect_where(s))}: {escape(s.reason)}", highlight=False)
+        for sus in v.suspects:
+            console.print(f"  {sus.role:<13} {escape(_suspect_where(sus))}: {escape(sus.reason)}", highlight=False)
     console.print("")
     console.print("[bold]Evidence[/]")
     if v.root_cause is not None:
