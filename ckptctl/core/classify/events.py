@@ -1,12 +1,15 @@
-"""Events: matched lines of one file, with their torchrun-table context, and the
-bounded evidence collected over all files (pure).
+"""Events: the matched lines of one file, with the context other lines give them (pure).
+
+Torchrun failure records attribute their traceback; shell prompts and
+``kubectl describe`` headers open sections; reverse-DNS lines resolve peers;
+the head of a multi-line kernel message gives its GPU to its continuation.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ckptctl.core.classify.attribution import normalize_host, normalize_pci
 from ckptctl.core.classify.catalog import (
@@ -300,132 +303,3 @@ class FileScanner:
         host = normalize_host(record.fields.get("host"))
         if rank is not None and host is not None:
             self.rank_hosts[rank] = host
-
-
-# --------------------------------------------------------------------------------------
-# Collecting (bounded memory on any input size)
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SignatureTally:
-    """How often one signature matched, and where."""
-
-    signature: Signature
-    count: int
-    hosts: tuple[str, ...]
-    num_hosts: int
-    """Distinct hosts (``hosts`` may be truncated)."""
-    samples: tuple[Event, ...]
-    """The first events, in input order (bounded)."""
-    num_ranks: int = 0
-    """Distinct ranks named (counted up to the collector's bound)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Evidence:
-    """Everything the verdict needs, already bounded in size."""
-
-    tallies: tuple[SignatureTally, ...]
-    rank_hosts: Mapping[int, str]
-    peer_hosts: Mapping[str, str] = field(default_factory=dict)
-    """IP -> host, from reverse-DNS and /etc/hosts lines in the input."""
-    num_files: int = 0
-    num_lines: int = 0
-
-
-class EvidenceCollector:
-    """Accumulates events with bounded memory: counts, host sets and the first samples.
-
-    A multi-GB log can hold millions of NCCL timeout lines; the verdict needs their
-    count and hosts, and a few of them as evidence.
-    """
-
-    def __init__(self, *, max_samples: int = 20, max_hosts: int = 10_000) -> None:
-        self.max_samples = max_samples
-        self.max_hosts = max_hosts
-        self._count: dict[str, int] = {}
-        self._samples: dict[str, list[Event]] = {}
-        self._hosts: dict[str, dict[str, None]] = {}
-        self._unattributed_ranks: dict[str, set[int]] = {}
-        self._ranks: dict[str, set[int]] = {}
-        self._signatures: dict[str, Signature] = {}
-        self.rank_hosts: dict[int, str] = {}
-        self.peer_hosts: dict[str, str] = {}
-        self.num_files = 0
-        self.num_lines = 0
-
-    def add(self, event: Event) -> None:
-        sid = event.signature.id
-        self._signatures[sid] = event.signature
-        self._count[sid] = self._count.get(sid, 0) + 1
-        samples = self._samples.setdefault(sid, [])
-        if len(samples) < self.max_samples:
-            samples.append(event)
-        if event.rank is not None:
-            ranks = self._ranks.setdefault(sid, set())
-            if len(ranks) < self.max_hosts:
-                ranks.add(event.rank)
-        if event.host is not None:
-            hosts = self._hosts.setdefault(sid, {})
-            if len(hosts) < self.max_hosts:
-                hosts[event.host] = None
-        elif event.rank is not None:
-            ranks = self._unattributed_ranks.setdefault(sid, set())
-            if len(ranks) < self.max_hosts:
-                ranks.add(event.rank)
-
-    def add_file(self, scanner: FileScanner) -> None:
-        """Record a finished file: its line count and its torchrun rank->host table."""
-        self.num_files += 1
-        self.num_lines += scanner.num_lines
-        for rank, host in scanner.rank_hosts.items():
-            if len(self.rank_hosts) < 1_000_000:
-                self.rank_hosts.setdefault(rank, host)
-        for ip, host in scanner.peer_hosts.items():
-            if len(self.peer_hosts) < 100_000:
-                self.peer_hosts.setdefault(ip, host)
-
-    def evidence(self) -> Evidence:
-        """Freeze what was collected; lines that named only a rank get its host now."""
-        tallies = []
-        for sid, count in self._count.items():
-            hosts = dict(self._hosts.get(sid, {}))
-            for rank in sorted(self._unattributed_ranks.get(sid, ())):
-                host = self.rank_hosts.get(rank)
-                if host is not None and len(hosts) < self.max_hosts:
-                    hosts[host] = None
-            samples = tuple(
-                _attribute_peer(_attribute_rank(e, self.rank_hosts), self.peer_hosts)
-                for e in self._samples[sid]
-            )
-            tallies.append(
-                SignatureTally(
-                    signature=self._signatures[sid],
-                    count=count,
-                    hosts=tuple(sorted(hosts)),
-                    num_hosts=len(hosts),
-                    samples=samples,
-                    num_ranks=len(self._ranks.get(sid, ())),
-                )
-            )
-        tallies.sort(key=lambda t: t.samples[0].order if t.samples else 0)
-        return Evidence(
-            tallies=tuple(tallies),
-            rank_hosts=dict(self.rank_hosts),
-            peer_hosts=dict(self.peer_hosts),
-            num_files=self.num_files,
-            num_lines=self.num_lines,
-        )
-
-
-def _attribute_rank(event: Event, rank_hosts: Mapping[int, str]) -> Event:
-    if event.host is None and event.rank is not None and event.rank in rank_hosts:
-        return replace(event, host=rank_hosts[event.rank], host_source="rank map")
-    return event
-
-
-def _attribute_peer(event: Event, peer_hosts: Mapping[str, str]) -> Event:
-    if event.peer is not None and event.peer in peer_hosts:
-        return replace(event, peer_host=peer_hosts[event.peer])
-    return event
