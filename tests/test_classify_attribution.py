@@ -73,6 +73,8 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("peer", "gpu-m05:1901:1950 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.16.4.9<39711> failed : No route to host",
      {"host": "gpu-m05", "peer": "172.16.4.9"}),
     ("peer", "[rank0]: socketProgress: Connection closed by remote peer gpu-u7.cluster<48223>", {"peer": "gpu-u7", "rank": 0}),
+    ("xid-cause", "Mar 02 04:11:10 gpu-a07 kernel: NVRM: Xid (PCI:0000:9d:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required) due to Xid 79",
+     {"cause_xid": 79, "gpu": "0000:9d:00", "host": "gpu-a07"}),
     ("pci", "Feb 11 22:05:42 gpu-c11 kernel: NVRM: The NVIDIA GPU 0000:ca:00.0 (PCI ID: 10de:2330)", {"gpu": "0000:ca:00", "host": "gpu-c11"}),
     ("pci", "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error", {"gpu": "0000:3b:00"}),
     ("gpu-index", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.30 GiB. GPU 1 has a total capacity of 79.15 GiB",

@@ -71,9 +71,8 @@ def test_xid_codes_are_told_apart(code: int, category: str, drains: bool) -> Non
 
 
 def test_every_documented_xid_has_its_own_entry() -> None:
-    documented = {13, 31, 32, 38, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109,
-                  119, 120, 121, 140, 154}  # fmt: skip
-    assert documented <= {s.xid for s in CATALOG if s.xid is not None}
+    """Every code of NVIDIA's Xid catalog (1-172), NVLink5's 144-150 included."""
+    assert set(range(1, 173)) <= {s.xid for s in CATALOG if s.xid is not None}
     assert all(s.description for s in CATALOG if s.xid is not None)
 
 
@@ -471,7 +470,51 @@ VERDICTS: list[tuple[str, list[c.Event], str, str, tuple[str, ...], str | None]]
     ("disk full: infra, nothing to drain", [ev("disk-full", "gpu-node-03")], "infra", "medium", (), "disk-full"),
     ("eviction", [ev("k8s-evicted"), ev("rank-sigterm")], "preemption", "medium", (), "k8s-evicted"),
     ("generic exception after preemption: preemption", [ev("slurm-preempted"), ev("python-exception")], "preemption", "high", (), "slurm-preempted"),
+    ("gloo peer closed after a SIGKILL: thin", [ev("gloo-peer-closed", rank=0, peer="10.0.0.2"), ev("rank-sigkill", "h1", rank=1, first_failure=True)],
+     "unknown", "low", (), None),
+    ("gloo peer closed after a rank's exception: the exception", [ev("gloo-peer-closed", rank=0), ev("python-exception", rank=1)],
+     "job", "medium", (), "python-exception"),
+    ("an XID naming the earlier XID it follows: the earlier is the root",
+     [ev("xid-95", "gpu-node-22", gpu="0000:b7:00", cause_xid=48), ev("xid-48", "gpu-node-22", gpu="0000:b7:00")],
+     "infra", "high", ("gpu-node-22",), "xid-48"),
+    ("a link fault drains neither end", [ev("nccl-ib-wc-retry-exceeded", "gpu-node-12", peer="10.1.4.22")],
+     "infra", "medium", (), "nccl-ib-wc-retry-exceeded"),
+    ("an HCA port error drains its host", [ev("nccl-ib-async-fatal", "gpu-node-12"), *timeouts(8)],
+     "infra", "high", ("gpu-node-12",), "nccl-ib-async-fatal"),
+    ("NCCL invalid usage is the job's", [ev("nccl-invalid-usage", rank=1), ev("nccl-system-error", rank=0)],
+     "job", "medium", (), "nccl-invalid-usage"),
+    ("a power-button shutdown alone: weak", [ev("acpi-power-button", "a2-ultra-7")], "preemption", "low", (), "acpi-power-button"),
 ]  # fmt: skip
+
+
+# (case, events, [(role, host, rank, peer), ...] the suspects must start with)
+SUSPECTS: list[tuple[str, list[c.Event], list[tuple[str, str | None, int | None, str | None]]]] = [
+    ("XID 79: the host and GPU", [*timeouts(8), ev("xid-79", "gpu-node-17", gpu="0000:3b:00")],
+     [("culprit", "gpu-node-17", None, None)]),
+    ("a link fault: both ends, the peer's host when resolved",
+     [ev("nccl-ib-wc-retry-exceeded", "gpu-node-12", peer="10.1.4.22", peer_host="gpu-node-30")],
+     [("endpoint", "gpu-node-12", None, None), ("endpoint", "gpu-node-30", None, "10.1.4.22")]),
+    ("a job fault: the rank", [ev("cuda-oom", "gpu-node-03", rank=5), *timeouts(8)], [("culprit", "gpu-node-03", 5, None)]),
+    ("bare SIGKILL: torchrun's first failure, then the peer a survivor names",
+     [ev("gloo-peer-closed", rank=0, peer="10.0.0.2"), ev("rank-sigkill", "h1", rank=1, first_failure=True)],
+     [("first-failure", "h1", 1, None), ("peer", None, None, "10.0.0.2")]),
+    ("preemption: the host was stopped, nothing wrong with it", [ev("slurm-preempted", "gpu-node-03")],
+     [("stopped", "gpu-node-03", None, None)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "events", "expected"), SUSPECTS, ids=[s[0] for s in SUSPECTS])
+def test_suspects(case: str, events: list[c.Event], expected: list[tuple[str, str | None, int | None, str | None]]) -> None:
+    v = decide(*events)
+    assert [(s.role, s.host, s.rank, s.peer) for s in v.suspects][: len(expected)] == expected
+    assert all(s.reason for s in v.suspects)
+
+
+def test_link_fault_action_says_how_to_tell_the_bad_end() -> None:
+    v = decide(ev("nccl-ib-wc-retry-exceeded", "gpu-node-12", peer="10.1.4.22"))
+    assert "gpu-node-12" in v.action and "10.1.4.22" in v.action
+    assert "ibstat" in v.action and "ibv_devinfo" in v.action and "counters" in v.action
+    assert set(v.suspect_hosts) == {"gpu-node-12", "10.1.4.22"} and v.hosts == ()
 
 
 @pytest.mark.parametrize(

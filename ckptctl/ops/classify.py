@@ -149,6 +149,7 @@ def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
         "peer_host": e.peer_host,
         "pod": e.pod,
         "time": e.time,
+        "cause_xid": e.cause_xid,
     }
 
 

@@ -85,6 +85,9 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # the other end of a connection: NCCL, gloo, sockets
         ("peer", r"\b(?:from peer|to peer|by (?:remote )?peer|remote peer|[Cc]onnect to)\s+\[?(?P<peer>"
          + _IP + "|" + _HOSTNAME + r")\]?(?:<\d+>|:\d+)?"),
+        # an XID that names the earlier XID it follows from: "... due to Xid 48"
+        ("xid-cause", r"\b(?:due to|after|caused by|following|because of|triggered by)\s+(?:an?\s+)?"
+         r"(?:earlier\s+|previous\s+|prior\s+)?(?:Xid|XID)\s*(?P<cause_xid>\d+)"),
         # GPUs: the kernel's PCI bus id; a CUDA index
         ("pci", r"(?:PCI:|\bGPU ?|\bnvidia |NVIDIA GPU )(?P<gpu>" + _PCI + r")\b"),
         ("gpu-index", r"\b(?:GPU |cuda:|Device: )(?P<gpu_index>\d{1,2})\b"),
@@ -128,11 +131,16 @@ class LineAttribution:
     time: str | None = None
     """The timestamp as written (its format depends on the shape)."""
     pid: int | None = None
+    cause_xid: int | None = None
+    """An earlier XID the line names as its cause (``... due to Xid 48``)."""
 
     def fields(self) -> dict[str, str]:
         """The non-empty attributes as strings (the same names as signature groups)."""
         out: dict[str, str] = {}
-        for name in ("host", "rank", "local_rank", "gpu", "gpu_index", "peer", "peer_host", "pod", "time", "pid"):
+        for name in (
+            "host", "rank", "local_rank", "gpu", "gpu_index", "peer", "peer_host", "pod", "time", "pid",
+            "cause_xid",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
@@ -172,6 +180,7 @@ def attribute_line(text: str) -> LineAttribution:
         pod=found.get("pod"),
         time=found.get("time"),
         pid=_int(found.get("pid")),
+        cause_xid=_int(found.get("cause_xid")),
     )
 
 

@@ -43,7 +43,7 @@ _XID_LINE = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
 EVENT_GROUPS = frozenset(
     {
         "host", "gpu", "gpu_index", "rank", "local_rank", "xid", "signal", "exitcode", "pid",
-        "time", "peer", "pod",
+        "time", "peer", "pod", "cause_xid",
     }
 )  # fmt: skip
 #: Extra groups only context signatures use.

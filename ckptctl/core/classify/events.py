@@ -52,6 +52,8 @@ class Event:
     """The Kubernetes pod the line names (or whose ``kubectl describe`` it sits in)."""
     time: str | None = None
     """The line's timestamp as written."""
+    cause_xid: int | None = None
+    """An earlier XID the line names as its cause (``... due to Xid 48``)."""
     first_failure: bool = False
     """Inside torchrun's "Root Cause (first observed failure)" record."""
     order: int = 0
@@ -256,6 +258,7 @@ class FileScanner:
             peer=normalize_host(fields.get("peer")),
             pod=fields.get("pod"),
             time=fields.get("time"),
+            cause_xid=_int_or_none(fields.get("cause_xid")),
             first_failure=bool(record is not None and in_record and record.is_root),
             order=self._file_index * 10_000_000_000 + line_no,
         )

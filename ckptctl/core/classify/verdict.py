@@ -203,6 +203,7 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         key=lambda t: (not any(e.first_failure for e in t.samples), not t.hosts, t.samples[0].order),
     )
     root = min(root_tally.samples, key=lambda e: (not e.first_failure, e.host is None, e.order))
+    root = _earlier_xid(root, [e for t in win_tallies for e in t.samples])
     causes = (root, *[
         e
         for t in sorted(win_tallies, key=lambda t: (_strength(t.signature), -t.samples[0].order), reverse=True)
@@ -298,6 +299,24 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         what_would_settle_it=_unique(s for s in settle if s),
         suspects=suspects,
     )
+
+
+def _earlier_xid(root: Event, events: Sequence[Event]) -> Event:
+    """The XID a root-cause line names as its own cause (``... due to Xid 48``), when
+    that XID is in the evidence on the same GPU (or host): it came first."""
+    seen: set[int] = set()
+    while root.cause_xid is not None and root.cause_xid not in seen:
+        seen.add(root.cause_xid)
+        named = [
+            e for e in events
+            if (e.xid if e.xid is not None else e.signature.xid) == root.cause_xid
+            and e is not root and e.host == root.host
+            and (root.gpu is None or e.gpu == root.gpu)
+        ]  # fmt: skip
+        if not named:
+            break
+        root = min(named, key=lambda e: e.order)
+    return root
 
 
 def _strength(sig: Signature) -> tuple[int, int]:
