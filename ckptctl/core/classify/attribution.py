@@ -60,7 +60,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # Slurm: "srun: error: gpu-v2: task 3: ...", "Node failure on gpu-c07", "*** JOB 1 ON host CANCELLED AT"
         ("srun-task", r"srun: error: (?P<host>" + _HOSTNAME + r"): tasks? (?P<rank>\d+)"),
         ("srun-node", r"srun: error: Node failure on (?P<host>" + _HOSTNAME + ")"),
-        ("slurmstepd", r"\*\*\* (?:JOB|STEP) \S+ ON (?P<host>" + _HOSTNAME + r") CANCELLED AT (?P<time>\S+)"),
+        ("slurmstepd", r"\*\*\* (?:JOB|STEP) \S+ (?:ON (?P<host>" + _HOSTNAME + r") )?CANCELLED AT (?P<time>\S+)"),
         ("srun-label", r"^(?P<rank>\d{1,5}): "),
         # torchrun failure table: "  host      : gpu-a1", "  rank      : 3 (local_rank: 3)", "  exitcode  : -9 (pid: 1)"
         ("torchrun-table-host", r"^\s+host\s+:\s+(?P<host>" + _HOSTNAME + r")\s*$"),
