@@ -375,7 +375,7 @@ def test_manifest_file_name_constant() -> None:
 
 def test_streaming_path_for_large_records_agrees(run_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records above the in-memory limit are checked member by member; same verdicts."""
-    import ckptctl.ops.checkpoints as ops
+    import ckptctl.runroot.deep as ops
 
     monkeypatch.setattr(ops, "_WHOLE_RECORD_MAX_BYTES", 1000)
     monkeypatch.setattr(ops, "_STREAM_CHUNK_BYTES", 700)

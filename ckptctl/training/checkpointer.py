@@ -821,7 +821,7 @@ class Checkpointer:
         is complete (starting over would silently discard the run's progress).
         Every checkpoint passed over is logged and listed in ``LoadResult.skipped``.
         """
-        from ckptctl.ops.checkpoints import find_latest_complete
+        from ckptctl.runroot.locate import find_latest_complete
 
         root_url = root or self.root
         skipped: list[str] = []
@@ -897,7 +897,7 @@ class Checkpointer:
                 verdict = {"problem": None}
             else:
                 try:
-                    from ckptctl.ops.checkpoints import verify_checkpoint
+                    from ckptctl.runroot.locate import verify_checkpoint
 
                     report = verify_checkpoint(path)
                     verdict = {
@@ -928,7 +928,7 @@ class Checkpointer:
             # Not written by ckptctl: the verifier's own deep check, on rank 0.
             verdict: dict[str, Any] | None = None
             if self.rank == 0:
-                from ckptctl.ops.checkpoints import verify_checkpoint
+                from ckptctl.runroot.locate import verify_checkpoint
 
                 report = verify_checkpoint(path, deep=True)
                 verdict = {

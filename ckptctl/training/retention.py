@@ -44,7 +44,7 @@ class RetentionResult:
 
 
 def _default_is_complete(url: str) -> bool:
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     return verify_checkpoint(url).is_complete
 

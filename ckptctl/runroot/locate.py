@@ -1,0 +1,131 @@
+"""The read-only use cases on a run root: list, locate (newest complete), verify.
+
+``locate`` lists the run root once, probes candidates newest first and stops at
+the first complete one; it never lists every step directory. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ckptctl.adapters.storage import Entry, Storage
+from ckptctl.core.names import parse_checkpoint_name
+from ckptctl.errors import ProblemFound
+from ckptctl.runroot.inspect import inspect_checkpoint, looks_like_checkpoint, scan_root
+from ckptctl.runroot.reports import (
+    DEFAULT_OPTIONS,
+    CheckOptions,
+    CheckpointReport,
+    ListResult,
+    LocateResult,
+    ProgressFn,
+    VerifyResult,
+    noop,
+)
+
+
+def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
+    storage, root = Storage.open_directory(url)
+    return storage, root, storage.list_dir(root)
+
+
+def list_checkpoints(
+    url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
+) -> ListResult:
+    """Every checkpoint under a run root, newest first, each verified."""
+    storage, root, entries = _open_root(url)
+    scan = scan_root(storage, root, entries)
+    reports = [
+        inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates
+    ]
+    return ListResult(root=storage.url(root), checkpoints=reports, pointers=scan.pointers)
+
+
+def find_latest_complete(
+    root: str,
+    *,
+    deep: bool = False,
+    before_step: int | None = None,
+    world_size: int | None = None,
+    options: CheckOptions | None = None,
+    progress: ProgressFn = noop,
+) -> LocateResult:
+    """Newest complete checkpoint under ``root`` (older than ``before_step`` if given).
+
+    Lists the root once, probes candidates newest first and stops at the first
+    complete one. Temporary and quarantined directories are never probed.
+    """
+    t0 = time.perf_counter()
+    opts = options or CheckOptions(deep=deep, world_size=world_size)
+    storage, path, entries = _open_root(root)
+    scan = scan_root(storage, path, entries)
+    skipped: list[CheckpointReport] = []
+    found: CheckpointReport | None = None
+    for cn, e in scan.candidates:
+        if not cn.is_candidate:
+            continue
+        if before_step is not None and cn.step >= before_step:
+            continue
+        report = inspect_checkpoint(storage, e.path, options=opts, progress=progress)
+        if report.is_complete:
+            found = report
+            break
+        skipped.append(report)
+    return LocateResult(
+        root=storage.url(path),
+        checkpoint=found,
+        skipped=skipped,
+        pointers=scan.pointers,
+        before_step=before_step,
+        elapsed_s=time.perf_counter() - t0,
+    )
+
+
+def verify_checkpoint(
+    url: str,
+    *,
+    deep: bool = False,
+    world_size: int | None = None,
+    check_finite: bool = False,
+    progress: ProgressFn = noop,
+) -> CheckpointReport:
+    """Verify one checkpoint directory (not a run root)."""
+    storage, path, entries = _open_root(url)
+    return inspect_checkpoint(
+        storage,
+        path,
+        options=CheckOptions(deep=deep, world_size=world_size, check_finite=check_finite),
+        entries=entries,
+        progress=progress,
+    )
+
+
+def verify_target(
+    url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
+) -> VerifyResult:
+    """Verify a checkpoint directory, or every checkpoint under a run root."""
+    storage, path, entries = _open_root(url)
+    base = Storage.basename(path)
+    if looks_like_checkpoint(entries) or (
+        parse_checkpoint_name(base) is not None and not _has_checkpoint_subdirs(entries)
+    ):
+        report = inspect_checkpoint(storage, path, options=options, entries=entries, progress=progress)
+        return VerifyResult(target=storage.url(path), checkpoints=[report], is_run_root=False)
+    scan = scan_root(storage, path, entries)
+    if not scan.candidates:
+        # a directory of nested DCP dirs under a non-step name (e.g. "final/")
+        if any(e.is_dir for e in entries):
+            report = inspect_checkpoint(storage, path, options=options, entries=entries, progress=progress)
+            if report.kind.startswith("dcp"):
+                return VerifyResult(target=storage.url(path), checkpoints=[report], is_run_root=False)
+        raise ProblemFound(
+            f"{storage.url(path)}: no checkpoint here (no .metadata) and no checkpoint directories under it",
+            hint="point at a DCP checkpoint directory or a run root holding step_N/ directories",
+        )
+    reports = [inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates]
+    return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
+
+
+def _has_checkpoint_subdirs(entries: Iterable[Entry]) -> bool:
+    return any(e.is_dir and parse_checkpoint_name(e.name) is not None for e in entries)
