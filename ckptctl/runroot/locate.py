@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from ckptctl.adapters.storage import Entry, Storage
 from ckptctl.core.names import parse_checkpoint_name
-from ckptctl.errors import ProblemFound
-from ckptctl.runroot.inspect import inspect_checkpoint, looks_like_checkpoint, scan_root
+from ckptctl.errors import NotFoundError, ProblemFound
+from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, looks_like_checkpoint, scan_root
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
     CheckOptions,
@@ -23,6 +23,7 @@ from ckptctl.runroot.reports import (
     VerifyResult,
     noop,
 )
+from ckptctl.runroot.root import RunRoot, as_run_root
 
 
 def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
@@ -30,20 +31,37 @@ def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
     return storage, root, storage.list_dir(root)
 
 
+def _inspect_unless_vanished(
+    storage: Storage, path: str, options: CheckOptions, progress: ProgressFn
+) -> CheckpointReport | None:
+    """Inspect a directory the scan listed; None when it is gone by now.
+
+    Retention (hide, then purge) and a save's commit rename run beside readers: a
+    directory listed a moment ago may no longer exist. That is not an error of the
+    run root; the caller treats it as absent and says so.
+    """
+    try:
+        return inspect_checkpoint(storage, path, options=options, progress=progress)
+    except NotFoundError:
+        return None
+
+
 def list_checkpoints(
-    url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
+    url: str | RunRoot, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
 ) -> ListResult:
     """Every checkpoint under a run root, newest first, each verified."""
-    storage, root, entries = _open_root(url)
-    scan = scan_root(storage, root, entries)
+    root = as_run_root(url)
+    scan = scan_root(root.storage, root.path, root.list())
     reports = [
-        inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates
+        r
+        for _cn, e in scan.candidates
+        if (r := _inspect_unless_vanished(root.storage, e.path, options, progress)) is not None
     ]
-    return ListResult(root=storage.url(root), checkpoints=reports, pointers=scan.pointers)
+    return ListResult(root=root.url, checkpoints=reports, pointers=scan.pointers)
 
 
 def find_latest_complete(
-    root: str,
+    root: str | RunRoot,
     *,
     deep: bool = False,
     before_step: int | None = None,
@@ -58,27 +76,47 @@ def find_latest_complete(
     """
     t0 = time.perf_counter()
     opts = options or CheckOptions(deep=deep, world_size=world_size)
-    storage, path, entries = _open_root(root)
-    scan = scan_root(storage, path, entries)
+    rr = as_run_root(root)
+    scan = scan_root(rr.storage, rr.path, rr.list())
+    result = locate_in(scan, options=opts, before_step=before_step, progress=progress)
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def locate_in(
+    scan: RootScan,
+    *,
+    options: CheckOptions = DEFAULT_OPTIONS,
+    before_step: int | None = None,
+    progress: ProgressFn = noop,
+) -> LocateResult:
+    """``locate`` over a listing already made: the walk ``rollback`` plans with, too."""
+    t0 = time.perf_counter()
+    storage = scan.storage
     skipped: list[CheckpointReport] = []
+    vanished: list[str] = []
     found: CheckpointReport | None = None
     for cn, e in scan.candidates:
         if not cn.is_candidate:
             continue
         if before_step is not None and cn.step >= before_step:
             continue
-        report = inspect_checkpoint(storage, e.path, options=opts, progress=progress)
+        report = _inspect_unless_vanished(storage, e.path, options, progress)
+        if report is None:
+            vanished.append(cn.name)
+            continue
         if report.is_complete:
             found = report
             break
         skipped.append(report)
     return LocateResult(
-        root=storage.url(path),
+        root=storage.url(scan.root),
         checkpoint=found,
         skipped=skipped,
         pointers=scan.pointers,
         before_step=before_step,
         elapsed_s=time.perf_counter() - t0,
+        vanished=vanished,
     )
 
 
