@@ -29,7 +29,7 @@ from typing import Any
 from ckptctl.adapters.audit import AuditLog, current_actor
 from ckptctl.core import rollback as plan_core
 from ckptctl.core.names import STAMP_FORMAT
-from ckptctl.core.rollback import Candidate, Refusal, RollbackPlan
+from ckptctl.core.rollback import Refusal, RollbackPlan
 from ckptctl.runroot import audit, lock, mutate
 from ckptctl.runroot.candidates import RootFacts, rollback_facts, undo_facts
 from ckptctl.runroot.inspect import scan_root
@@ -126,14 +126,15 @@ def rollback(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: rollback_facts(rr, step=step, options=options, progress=progress),
-        decide=lambda cands, others, url, stamp: plan_core.plan_rollback(
-            cands,
+        decide=lambda known, url, stamp: plan_core.plan_rollback(
+            known.candidates,
             root=url,
             now_stamp=stamp,
             actor=current_actor(),
             step=step,
             reason=reason,
-            other_names=others,
+            other_names=known.other_names,
+            vanished=known.vanished,
         ),
         progress=progress,
     )
@@ -157,14 +158,15 @@ def undo(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: undo_facts(rr, step=step, progress=progress),
-        decide=lambda cands, others, url, stamp: plan_core.plan_undo(
-            cands,
+        decide=lambda known, url, stamp: plan_core.plan_undo(
+            known.candidates,
             root=url,
             now_stamp=stamp,
             actor=current_actor(),
             step=step,
             reason=reason,
-            other_names=others,
+            other_names=known.other_names,
+            vanished=known.vanished,
         ),
         progress=progress,
     )
@@ -178,7 +180,7 @@ class _Prepared:
 
 
 Facts = Callable[[RunRoot], RootFacts]
-Decide = Callable[[list[Candidate], list[str], str, str], "RollbackPlan | Refusal"]
+Decide = Callable[[RootFacts, str, str], "RollbackPlan | Refusal"]
 
 
 def _run(
@@ -203,7 +205,7 @@ def _run(
         if note is not None:
             result.warnings.append(note)
         cands = known.candidates
-        decision = decide(cands, known.other_names, url, _stamp(now()))
+        decision = decide(known, url, _stamp(now()))
         if isinstance(decision, Refusal):
             result.refusal = decision
             result.locate = _path(url, decision.current_locate)

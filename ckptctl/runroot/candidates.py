@@ -31,15 +31,15 @@ class RootFacts:
     """Every checkpoint directory of the listing still there, with the statuses known."""
     other_names: list[str]
     """Every other name in the listing (files, other folders, vanished directories)."""
-    vanished: list[str] = field(default_factory=list)
-    """Directories the listing named that were gone when probed."""
+    vanished: list[Candidate] = field(default_factory=list)
+    """Directories the listing named that were gone when probed (status None)."""
 
     def note(self) -> str | None:
         if not self.vanished:
             return None
         return (
-            f"{', '.join(self.vanished)} disappeared while the run root was being inspected "
-            "(a training job's retention at work?); decided without it"
+            f"{', '.join(c.name for c in self.vanished)} disappeared while the run root was being "
+            "inspected (a training job's retention at work?)"
         )
 
 
@@ -59,20 +59,22 @@ def _reports(*located: LocateResult) -> Iterable[CheckpointReport]:
 
 def _facts(scan: RootScan, statuses: dict[str, str], vanished: list[str]) -> RootFacts:
     gone = set(vanished)
-    cands = [
+    every = [
         Candidate(
             name=cn.name,
             step=cn.step,
             is_temp=cn.is_temp,
             is_quarantined=cn.is_quarantined,
-            status=statuses.get(cn.name),
+            status=None if cn.name in gone else statuses.get(cn.name),
         )
         for cn, _e in scan.candidates
-        if cn.name not in gone
     ]
+    cands = [c for c in every if c.name not in gone]
     named = {c.name for c in cands}
     others = [e.name for e in scan.entries if e.name not in named]
-    return RootFacts(candidates=cands, other_names=others, vanished=sorted(gone))
+    return RootFacts(
+        candidates=cands, other_names=others, vanished=[c for c in every if c.name in gone]
+    )
 
 
 def _inspect(
