@@ -9,14 +9,13 @@ from rich.markup import escape
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
-from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, WorldSizeOpt
+from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, RootArg, WorldSizeOpt
 
 if TYPE_CHECKING:
     from ckptctl.ops import checkpoints as ops_t
 
 # ops modules are imported inside each command: `ckptctl --help` must stay fast.
 
-RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 AllowGlobalOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -132,6 +131,8 @@ def locate_cmd(
         )
     for s in result.skipped:
         out.warn(f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
+    for name in result.vanished:
+        out.warn(f"{name} disappeared while it was being checked (retention or a save at work?)")
     if json_:
         out.emit_json(result.to_json())
     elif result.checkpoint is not None:
