@@ -106,6 +106,11 @@ def unquarantine_name(name: str) -> str | None:
     return name.split(QUARANTINE_TAG, 1)[0]
 
 
+def stamp_of(name: str) -> str:
+    """The quarantine stamp in a quarantined name ('' when it is not one)."""
+    return name.split(QUARANTINE_TAG, 1)[1] if QUARANTINE_TAG in name else ""
+
+
 def newest_first_key(cn: CheckpointName) -> tuple[int, int, str]:
     """Sort key: higher step first; at equal steps a final name before a temp one."""
     return (-cn.step, 1 if not cn.is_candidate else 0, cn.name)

@@ -25,10 +25,10 @@ from datetime import datetime
 from typing import Any
 
 from ckptctl.core.names import (
-    QUARANTINE_TAG,
     STAMP_FORMAT,
     parse_checkpoint_name,
     quarantine_name,
+    stamp_of,
     unquarantine_name,
 )
 
@@ -209,11 +209,6 @@ def stamp_to_iso(now_stamp: str) -> str:
     if dt.strftime(STAMP_FORMAT) != now_stamp:  # strptime accepts '0312' for %H%M%S
         raise ValueError(f"now_stamp {now_stamp!r} is not of the form 20261121T031200Z")
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def stamp_of(name: str) -> str:
-    """The quarantine stamp in a quarantined name ('' when it is not one)."""
-    return name.split(QUARANTINE_TAG, 1)[1] if QUARANTINE_TAG in name else ""
 
 
 def _newest_first(candidates: Iterable[Candidate]) -> list[Candidate]:
