@@ -15,8 +15,10 @@ API (all a caller needs; ``ckptctl rollback`` and ``ckptctl recover`` use it)::
 
 How the create is made exclusive (``HeldLock.method``):
 
-- local disk (``exclusive-create``): ``open(O_CREAT | O_EXCL)``, atomic on a
-  local filesystem and on NFSv3+.
+- local disk (``exclusive-create``): the lock is written to a private temporary
+  file and ``link(2)``-ed to its name: atomic on a local filesystem and on NFS, and
+  the file is never seen empty (``open(O_CREAT | O_EXCL)`` where hard links are
+  not supported).
 - S3 (``conditional-put``): ``PUT`` with ``If-None-Match: *`` (s3fs
   ``pipe_file(mode="create")``); the store answers 412 to all but one of
   concurrent creators. AWS S3, MinIO and moto honour it. A store that rejects
@@ -43,6 +45,7 @@ processes overlap deterministically on a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -307,19 +310,7 @@ def _remove(storage: Storage, path: str) -> None:
 def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[str]) -> str | None:
     """Create ``path`` holding ``data`` only if it does not exist; the method used, or None."""
     if storage.is_local:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return None
-        except OSError as e:
-            raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return EXCLUSIVE_CREATE
+        return _create_local(path, data, token)
     method = WRITE_READ_BACK
     if storage.protocol in _CONDITIONAL_PUT_PROTOCOLS:
         try:
@@ -351,6 +342,53 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
     if holder is None or holder.token != token:
         return None
     return method
+
+
+def _create_local(path: str, data: bytes, token: str) -> str | None:
+    """Exclusive create whose content is whole the moment the name appears.
+
+    The lock is written to a private temporary file, then ``link(2)``-ed to its name:
+    atomic, refused when the name exists (also on NFS), and a reader never sees the
+    empty file that ``O_CREAT | O_EXCL`` followed by a write shows for a moment (a
+    contender reading then would take it for a foreign file and refuse wrongly).
+    Filesystems without hard links fall back to ``O_EXCL``.
+    """
+    tmp = f"{path}.{token}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
+    try:
+        os.link(tmp, path)
+        return EXCLUSIVE_CREATE
+    except FileExistsError:
+        return None
+    except OSError:
+        return _create_excl(path, data)  # no hard links here
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _create_excl(path: str, data: bytes) -> str | None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return None
+    except OSError as e:
+        raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return EXCLUSIVE_CREATE
 
 
 def _break_stale(storage: Storage, path: str, stale_raw: bytes, my_pid: int) -> bool:
