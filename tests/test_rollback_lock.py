@@ -254,3 +254,21 @@ def test_local_lock_file_appears_whole_and_leaves_no_temp_file(
         assert parsed is not None and parsed.token == held.info.token
         assert sorted(os.listdir(tmp_path / "root" / ".ckptctl")) == ["lock"]
     assert os.listdir(tmp_path / "root" / ".ckptctl") == []
+
+
+def test_store_errors_are_told_apart_by_code_and_status_not_text() -> None:
+    from botocore.exceptions import ClientError
+
+    from ckptctl.adapters.runlock import store_error
+
+    def s3fs_style(code: str, status: int) -> OSError:
+        cause = ClientError({"Error": {"Code": code, "Message": "whatever the text"},
+                             "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+        wrapped = OSError(5, "an unrelated message")
+        wrapped.__cause__ = cause
+        return wrapped
+
+    assert store_error(s3fs_style("ConditionalRequestConflict", 409)) == ("ConditionalRequestConflict", 409)
+    assert store_error(s3fs_style("NotImplemented", 501)) == ("NotImplemented", 501)
+    # text that merely mentions a code is not a code
+    assert store_error(OSError("NotImplemented (409) ConditionalRequestConflict")) == (None, None)

@@ -321,11 +321,11 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
         except (StorageUnreachableError, StorageError):
             raise
         except Exception as e:
-            text = f"{type(e).__name__} {e}"
-            if "ConditionalRequestConflict" in text or "(409)" in text:
+            code, status = store_error(e)
+            if code == "ConditionalRequestConflict" or status == 409:
                 # AWS: another conditional write to this key is in flight; one of them wins
                 return None
-            if "NotImplemented" not in text:
+            if code != "NotImplemented" and status != 501:
                 raise StorageError(f"{storage.url(path)}: cannot create the lock file: {e}") from e
             notes.append(
                 "the object store rejects conditional writes (If-None-Match): "
@@ -342,6 +342,31 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
     if holder is None or holder.token != token:
         return None
     return method
+
+
+def store_error(exc: BaseException) -> tuple[str | None, int | None]:
+    """The object store's error code and HTTP status behind an exception, if it carries them.
+
+    s3fs raises Python exceptions (``OSError``...) whose ``__cause__`` is botocore's
+    ``ClientError``; its ``response`` holds ``Error.Code`` and the HTTP status. Decisions
+    use these, never the message text.
+    """
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            code = error.get("Code") if isinstance(error, dict) else None
+            status = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
+            return (
+                str(code) if code is not None else None,
+                status if isinstance(status, int) else None,
+            )
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None, None
 
 
 def _create_local(path: str, data: bytes, token: str) -> str | None:
