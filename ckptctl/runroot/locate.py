@@ -161,7 +161,11 @@ def verify_target(
             f"{storage.url(path)}: no checkpoint here (no .metadata) and no checkpoint directories under it",
             hint="point at a DCP checkpoint directory or a run root holding step_N/ directories",
         )
-    reports = [inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates]
+    reports = [
+        r
+        for _cn, e in scan.candidates
+        if (r := _inspect_unless_vanished(storage, e.path, options, progress)) is not None
+    ]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 
 
