@@ -9,14 +9,13 @@ from rich.markup import escape
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
-from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, WorldSizeOpt
+from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, RootArg, WorldSizeOpt
 
 if TYPE_CHECKING:
     from ckptctl.ops import checkpoints as ops_t
 
 # ops modules are imported inside each command: `ckptctl --help` must stay fast.
 
-RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 AllowGlobalOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -94,7 +93,7 @@ def list_cmd(
         for col in ("STEP", "NAME", "STATUS", "WORLD", "SIZE", "MODIFIED", "REASON"):
             table.add_column(col, no_wrap=col != "REASON")
         for c in result.checkpoints:
-            mtime = ops._iso(c.mtime_s) or "-"
+            mtime = ops.iso_time(c.mtime_s) or "-"
             table.add_row(
                 str(c.step) if c.step is not None else "-",
                 escape(c.name),
@@ -132,12 +131,14 @@ def locate_cmd(
         )
     for s in result.skipped:
         out.warn(f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
+    for name in result.vanished:
+        out.warn(f"{name} disappeared while it was being checked (retention or a save at work?)")
     if json_:
         out.emit_json(result.to_json())
     elif result.checkpoint is not None:
         out.print_line(result.checkpoint.path)
     for p in result.pointers:
-        if result.checkpoint is not None and not ops._pointer_agrees(p, result.checkpoint):
+        if result.checkpoint is not None and not ops.pointer_agrees(p, result.checkpoint):
             out.warn(f"{p.file} names {p.names!r}, but the newest complete checkpoint is {result.checkpoint.name}")
     if result.checkpoint is None:
         where = f" older than step {before}" if before is not None else ""
