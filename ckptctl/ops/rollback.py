@@ -113,11 +113,7 @@ def _content_status(report: CheckpointReport) -> str:
     """Status of a quarantined directory's content, as if it had its original name."""
     if not report.is_quarantined:
         return report.status
-    kept = [
-        p
-        for p in report.problem_details
-        if not (p.severity == v.INCOMPLETE and p.message.startswith("quarantined by"))
-    ]
+    kept = [p for p in report.problem_details if p.code != v.QUARANTINED]
     return v.status_of(kept)
 
 

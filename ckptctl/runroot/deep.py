@@ -138,6 +138,7 @@ def _deep_file(
                 if rd.pos != item.offset:
                     break
                 res.records += 1
+                finite: tuple[v.ProblemCode, str] | None = None
                 if item.length > whole_max:
                     findings = _stream_record(storage, fpath, rd, item, options)
                     if item.transformed:
@@ -163,11 +164,20 @@ def _deep_file(
                         and item.chunk_offsets is not None
                         and not findings.problems
                     ):
-                        _check_finite(bytes(plain), item, findings)
+                        finite = _check_finite(bytes(plain), item)
                 res.members_checked += findings.members_checked
                 res.members_without_crc += findings.members_without_crc
                 for msg in findings.problems:
-                    res.problems.append(v.Problem(v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}"))
+                    res.problems.append(
+                        v.Problem(
+                            v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}", code=v.RECORD_CORRUPT
+                        )
+                    )
+                if finite is not None:
+                    code, msg = finite
+                    res.problems.append(
+                        v.Problem(v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}", code=code)
+                    )
                 hostile.extend(f"{rel} record {item.fqn!r}: {h}" for h in findings.hostile)
             if want_crc:
                 rd.skip_to(size)
@@ -176,12 +186,16 @@ def _deep_file(
     except StorageUnreachableError:
         raise
     except StorageError as e:
-        res.problems.append(v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}"))
+        res.problems.append(v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED))
         res.crc = None
     for h in hostile[:20]:
-        res.problems.append(v.Problem(v.CORRUPT, f"hostile record: {h}"))
+        res.problems.append(v.Problem(v.CORRUPT, f"hostile record: {h}", code=v.HOSTILE_PICKLE))
     if len(hostile) > 20:
-        res.problems.append(v.Problem(v.CORRUPT, f"... and {len(hostile) - 20} more hostile records in {rel}"))
+        res.problems.append(
+            v.Problem(
+                v.CORRUPT, f"... and {len(hostile) - 20} more hostile records in {rel}", code=v.HOSTILE_PICKLE
+            )
+        )
     return res
 
 
@@ -261,7 +275,8 @@ def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem,
     return findings
 
 
-def _check_finite(record: bytes, item: StorageItem, findings: RecordFindings) -> None:
+def _check_finite(record: bytes, item: StorageItem) -> tuple[v.ProblemCode, str] | None:
+    """Decode one tensor record (imports torch); what is wrong with its values, if anything."""
     import io
 
     import torch  # only --check-finite needs it
@@ -269,14 +284,14 @@ def _check_finite(record: bytes, item: StorageItem, findings: RecordFindings) ->
     try:
         t = torch.load(io.BytesIO(record), weights_only=True, map_location="cpu")
     except Exception as e:  # a record torch cannot decode is corrupt, whatever the reason
-        findings.problems.append(f"tensor cannot be decoded: {type(e).__name__}: {e}")
-        return
+        return v.RECORD_CORRUPT, f"tensor cannot be decoded: {type(e).__name__}: {e}"
     if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel():
         finite = torch.isfinite(t)
         if not bool(finite.all()):
             bad = int((~finite).sum())
             nan = int(torch.isnan(t).sum())
-            findings.problems.append(f"{bad} non-finite value(s) ({nan} NaN, {bad - nan} Inf)")
+            return v.NON_FINITE, f"{bad} non-finite value(s) ({nan} NaN, {bad - nan} Inf)"
+    return None
 
 
 def deep_check(

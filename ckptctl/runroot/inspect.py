@@ -115,23 +115,27 @@ def _kind_without_dcp(files: dict[str, int], subdirs: list[str]) -> tuple[str, v
         return "dcp", v.Problem(
             v.INCOMPLETE,
             f"no .metadata: the save never committed ({num} shard file(s) present)",
+            code=v.METADATA_MISSING,
         )
     if any(n.endswith("_states.pt") for n in names) or any(n.startswith("zero_pp_rank_") for n in names):
         return "deepspeed", v.Problem(
-            v.UNSUPPORTED, "DeepSpeed checkpoint (*_states.pt), not DCP: ckptctl cannot prove it complete"
+            v.UNSUPPORTED, "DeepSpeed checkpoint (*_states.pt), not DCP: ckptctl cannot prove it complete",
+            code=v.UNSUPPORTED_FORMAT,
         )
     if names & {"model.safetensors", "pytorch_model.bin", "trainer_state.json", "model.safetensors.index.json"}:
         return "hf", v.Problem(
             v.UNSUPPORTED,
             "HF Trainer checkpoint without DCP shards: ckptctl cannot prove it complete",
+            code=v.UNSUPPORTED_FORMAT,
         )
     if any(n.endswith((".pt", ".pth", ".bin", ".safetensors")) for n in names):
         return "torch-save", v.Problem(
-            v.UNSUPPORTED, "torch.save/safetensors files, not DCP: ckptctl cannot prove them complete"
+            v.UNSUPPORTED, "torch.save/safetensors files, not DCP: ckptctl cannot prove them complete",
+            code=v.UNSUPPORTED_FORMAT,
         )
     if not names and not subdirs:
-        return "empty", v.Problem(v.INCOMPLETE, "empty directory")
-    return "unknown", v.Problem(v.UNSUPPORTED, "no DCP .metadata and no recognised checkpoint files")
+        return "empty", v.Problem(v.INCOMPLETE, "empty directory", code=v.EMPTY_DIR)
+    return "unknown", v.Problem(v.UNSUPPORTED, "no DCP .metadata and no recognised checkpoint files", code=v.UNSUPPORTED_FORMAT)
 
 
 def inspect_checkpoint(
@@ -164,9 +168,9 @@ def inspect_checkpoint(
         deep=options.deep or options.check_finite,
     )
     if report.is_temp:
-        problems.append(v.Problem(v.INCOMPLETE, "temporary directory name: still being written or abandoned mid-save"))
+        problems.append(v.Problem(v.INCOMPLETE, "temporary directory name: still being written or abandoned mid-save", code=v.TEMP_DIR))
     if report.is_quarantined:
-        problems.append(v.Problem(v.INCOMPLETE, "quarantined by `ckptctl rollback` (undo with `ckptctl rollback --undo`)"))
+        problems.append(v.Problem(v.INCOMPLETE, "quarantined by `ckptctl rollback` (undo with `ckptctl rollback --undo`)", code=v.QUARANTINED))
 
     # -- the DCP directories inside ------------------------------------------------------
     units: list[DcpUnit] = []
@@ -186,7 +190,7 @@ def inspect_checkpoint(
             elif any(n.endswith(SHARD_SUFFIX) for n in sub_files):
                 uncommitted_subdirs = True
                 problems.append(
-                    v.Problem(v.INCOMPLETE, f"{sd.name}/: no .metadata: the save never committed")
+                    v.Problem(v.INCOMPLETE, f"{sd.name}/: no .metadata: the save never committed", code=v.METADATA_MISSING)
                 )
     report.num_files = len(all_files)
     report.size_bytes = sum(all_files.values())
@@ -202,26 +206,30 @@ def inspect_checkpoint(
             manifest = parse_manifest(manifest_bytes)
             report.tokens_seen = manifest.tokens_seen
         except ManifestError as e:
-            problems.append(v.Problem(v.CORRUPT, f"{MANIFEST_NAME}: {e}"))
+            problems.append(v.Problem(v.CORRUPT, f"{MANIFEST_NAME}: {e}", code=v.MANIFEST_CORRUPT))
         except StorageUnreachableError:
             raise
         except StorageError as e:
-            problems.append(v.Problem(v.INCOMPLETE, f"cannot read {MANIFEST_NAME}: {e.message}"))
+            problems.append(v.Problem(v.INCOMPLETE, f"cannot read {MANIFEST_NAME}: {e.message}", code=v.READ_FAILED))
         if COMMIT_MARKER_NAME in files and manifest_bytes is not None:
             try:
                 marker = storage.read_bytes(storage.join(path, COMMIT_MARKER_NAME))
                 reason = check_commit_marker(marker, manifest_bytes)
                 report.committed = reason is None
                 if reason:
-                    problems.append(v.Problem(v.CORRUPT, reason))
+                    problems.append(v.Problem(v.CORRUPT, reason, code=v.MARKER_MISMATCH))
             except StorageUnreachableError:
                 raise
             except StorageError as e:
-                problems.append(v.Problem(v.INCOMPLETE, f"cannot read {COMMIT_MARKER_NAME}: {e.message}"))
+                problems.append(v.Problem(v.INCOMPLETE, f"cannot read {COMMIT_MARKER_NAME}: {e.message}", code=v.READ_FAILED))
         elif COMMIT_MARKER_NAME not in files:
             report.committed = False
             problems.append(
-                v.Problem(v.INCOMPLETE, f"uncommitted: {MANIFEST_NAME} present but no {COMMIT_MARKER_NAME}")
+                v.Problem(
+                    v.INCOMPLETE,
+                    f"uncommitted: {MANIFEST_NAME} present but no {COMMIT_MARKER_NAME}",
+                    code=v.UNCOMMITTED,
+                )
             )
 
     if not units and uncommitted_subdirs:
@@ -284,13 +292,13 @@ def inspect_checkpoint(
         problems.extend(ws_problems)
         notes.extend(ws_notes)
     elif options.world_size is not None and report.kind not in ("deepspeed", "hf", "torch-save", "unknown"):
-        problems.append(v.Problem(v.INCOMPLETE, f"world size unknown, expected {options.world_size}"))
+        problems.append(v.Problem(v.INCOMPLETE, f"world size unknown, expected {options.world_size}", code=v.WORLD_SIZE_UNKNOWN))
 
     if manifest is not None:
         problems.extend(v.check_manifest_files(manifest, all_files, step_from_name=report.step))
 
     # -- deep: read every byte -------------------------------------------------------------------
-    if report.deep and units and not any(p.severity == v.INCOMPLETE and "shard missing" in p.message for p in problems):
+    if report.deep and units and not any(p.code == v.SHARD_MISSING for p in problems):
         deep_check(storage, path, units, manifest, all_files, options, report, problems, progress)
     elif report.deep and units:
         notes.append("deep check skipped: shards are missing")
@@ -307,19 +315,20 @@ def _read_metadata(
 ) -> DcpIndex | None:
     name = shown.rsplit("/", 1)[-1]
     if size == 0:
-        problems.append(v.Problem(v.CORRUPT, f"{shown} is empty (0 bytes)"))
+        problems.append(v.Problem(v.CORRUPT, f"{shown} is empty (0 bytes)", code=v.METADATA_CORRUPT))
         return None
     try:
         data = storage.read_bytes(storage.join(upath, name))
     except StorageUnreachableError:
         raise
     except StorageError as e:
-        problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}"))
+        problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
         return None
     try:
         return read_index(data)
     except MetadataError as e:
         label = "hostile or foreign pickle refused" if e.hostile else "unreadable"
-        problems.append(v.Problem(v.CORRUPT, f"{shown} {label}: {e}"))
+        code = v.HOSTILE_PICKLE if e.hostile else v.METADATA_CORRUPT
+        problems.append(v.Problem(v.CORRUPT, f"{shown} {label}: {e}", code=code))
         return None
 

@@ -61,7 +61,7 @@ class CheckpointReport:
             "kind": self.kind,
             "status": self.status,
             "problems": self.problems,
-            "problem_details": [{"severity": p.severity, "message": p.message} for p in self.problem_details],
+            "problem_details": [p.to_json() for p in self.problem_details],
             "notes": self.notes,
             "world_size": self.world_size,
             "world_size_source": self.world_size_source,
