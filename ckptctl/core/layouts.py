@@ -56,12 +56,15 @@ class Need:
     """The need applies only when a part holding this is present (scheduler.pt with an optimizer)."""
     why: str = ""
     """Shown after the problem (``written last: the save did not finish``)."""
+    code: v.ProblemCode | None = None
+    """The problem's code when missing (default: commit-missing for the part written last,
+    else part-missing)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
     key: str
-    """Stable identifier, the report's ``framework`` (``hf-trainer``)."""
+    """Stable identifier, the report's ``framework`` (``hf``, as ``core.names`` calls it)."""
     title: str
     """How messages name it (``HF Trainer``)."""
     step_name: str
@@ -138,7 +141,7 @@ _DCP_TOP = Part(name=".metadata", holds="state", check="dcp")
 
 LAYOUTS: tuple[Layout, ...] = (
     Layout(
-        key="hf-trainer",
+        key="hf",
         title="HF Trainer",
         step_name=r"^checkpoint-(?P<step>\d+)$",
         container="dir",
@@ -221,7 +224,8 @@ LAYOUTS: tuple[Layout, ...] = (
         container="dir",
         parts=(_DCP_TOP, Part(name="meta.pt", holds="meta", check="torch-zip")),
         needs=(
-            Need(what=".metadata", parts=(".metadata",), why="the distributed save did not commit"),
+            Need(what=".metadata", parts=(".metadata",), why="the distributed save did not commit",
+                 code=v.METADATA_MISSING),
             Need(what="meta.pt", parts=("meta.pt",), why="written last by rank 0: the save did not finish"),
         ),
         written_last="meta.pt",
@@ -258,7 +262,7 @@ LAYOUTS: tuple[Layout, ...] = (
         ),
         needs=(
             Need(what=".metadata", parts=(".metadata", "model.safetensors.index.json"),
-                 why="the save did not commit"),
+                 why="the save did not commit", code=v.METADATA_MISSING),
         ),
         top_dcp=True,
         dcp_model_prefixes_flat=True,
@@ -280,7 +284,8 @@ LAYOUTS: tuple[Layout, ...] = (
             Part(name="integrity.json", holds="integrity", check="json"),
         ),
         needs=(
-            Need(what=".metadata", parts=(".metadata",), why="the distributed save did not commit"),
+            Need(what=".metadata", parts=(".metadata",), why="the distributed save did not commit",
+                 code=v.METADATA_MISSING),
             Need(what="metadata.json", parts=("metadata.json",),
                  why="written last by rank 0: the save did not finish"),
         ),
@@ -325,7 +330,8 @@ LAYOUTS: tuple[Layout, ...] = (
         step_name=r"^step_(?P<step>\d+)$",
         container="dir",
         parts=(_DCP_TOP,),
-        needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit"),),
+        needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit",
+                      code=v.METADATA_MISSING),),
         signature=("ckptctl.json",),
         top_dcp=True,
         source="ckptctl.training (DESIGN.md: manifest before the commit)",
@@ -336,7 +342,8 @@ LAYOUTS: tuple[Layout, ...] = (
         step_name=r"^(?P<step>)$",
         container="dir",
         parts=(_DCP_TOP,),
-        needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit"),),
+        needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit",
+                      code=v.METADATA_MISSING),),
         top_dcp=True,
         source="torch/distributed/checkpoint (DESIGN.md, DCP-FORMAT.md)",
     ),
@@ -372,6 +379,11 @@ class FileCheckpointName:
     name: str
     step: int
     layout: Layout
+
+
+def has_checkpoint_file_suffix(name: str) -> bool:
+    """``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``, ``.bin``, ``.tar``: what torch.save archives are called."""
+    return _FILE_SUFFIX.search(name) is not None
 
 
 def parse_file_checkpoint_name(name: str) -> FileCheckpointName | None:
@@ -466,7 +478,14 @@ def check_found(found: Found, *, contents: Iterable[str] = ()) -> list[v.Problem
             ok = any(p in found.present for p in need.parts)
         if not ok:
             why = f" ({need.why})" if need.why else ""
-            problems.append(v.Problem(v.INCOMPLETE, f"{lay.title} checkpoint without {need.what}{why}"))
+            last = lay.written_last is not None and lay.written_last in need.parts
+            problems.append(
+                v.Problem(
+                    v.INCOMPLETE,
+                    f"{lay.title} checkpoint without {need.what}{why}",
+                    code=need.code or (v.COMMIT_MISSING if last else v.PART_MISSING),
+                )
+            )
     for p in lay.parts:
         if not p.ranked or p.name not in found.present:
             continue
@@ -476,8 +495,11 @@ def check_found(found: Found, *, contents: Iterable[str] = ()) -> list[v.Problem
         if missing:
             shown = ", ".join(p.name.replace("{n}", str(r)) for r in missing[:4])
             problems.append(
-                v.Problem(v.INCOMPLETE, f"{lay.title} checkpoint without {shown} (one file per rank, "
-                                        f"ranks 0..{max(ranks)})")
+                v.Problem(
+                    v.INCOMPLETE,
+                    f"{lay.title} checkpoint without {shown} (one file per rank, ranks 0..{max(ranks)})",
+                    code=v.PART_MISSING,
+                )
             )
     return problems
 
@@ -489,7 +511,7 @@ def contents_of(found: Found | None, state_keys: Iterable[str]) -> list[str]:
         names |= {h for h in found.holds() if h not in ("state", "checkpoint", "config")}
         if found.layout.dcp_model_prefixes_flat:
             known = found.layout.known_state_keys
-            flat = {n for n in names if n not in known and n not in found.holds()}
+            flat = {n for n in names if n not in known and n not in found.holds() and not OPTIMIZER_NAME.match(n)}
             if flat:
                 names = (names - flat) | {"model"}
     return sorted(names)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from ckptctl.adapters.storage import Entry, Storage
 from ckptctl.core.names import parse_checkpoint_name
 from ckptctl.errors import ProblemFound
+from ckptctl.runroot import frameworks
 from ckptctl.runroot.inspect import inspect_checkpoint, looks_like_checkpoint, scan_root
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
@@ -25,6 +26,12 @@ from ckptctl.runroot.reports import (
 )
 
 
+def _inspect(storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn) -> CheckpointReport:
+    if not e.is_dir:
+        return frameworks.inspect_file(storage, e, options)
+    return inspect_checkpoint(storage, e.path, options=options, progress=progress)
+
+
 def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
     storage, root = Storage.open_directory(url)
     return storage, root, storage.list_dir(root)
@@ -36,9 +43,7 @@ def list_checkpoints(
     """Every checkpoint under a run root, newest first, each verified."""
     storage, root, entries = _open_root(url)
     scan = scan_root(storage, root, entries)
-    reports = [
-        inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates
-    ]
+    reports = [_inspect(storage, e, options, progress) for _cn, e in scan.candidates]
     return ListResult(root=storage.url(root), checkpoints=reports, pointers=scan.pointers)
 
 
@@ -67,7 +72,9 @@ def find_latest_complete(
             continue
         if before_step is not None and cn.step >= before_step:
             continue
-        report = inspect_checkpoint(storage, e.path, options=opts, progress=progress)
+        report = _inspect(storage, e, opts, progress)
+        if not opts.include_model_only:
+            frameworks.skip_model_only(report)  # a weights export is no resume point: say so
         if report.is_complete:
             found = report
             break
@@ -104,7 +111,12 @@ def verify_checkpoint(
 def verify_target(
     url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
 ) -> VerifyResult:
-    """Verify a checkpoint directory, or every checkpoint under a run root."""
+    """Verify a checkpoint directory or file, or every checkpoint under a run root."""
+    storage, path = Storage.for_url(url)
+    info = storage.info(path)
+    if info is not None and not info.is_dir and frameworks.is_checkpoint_file_name(info.name):
+        report = frameworks.inspect_file(storage, info, options)
+        return VerifyResult(target=storage.url(path), checkpoints=[report], is_run_root=False)
     storage, path, entries = _open_root(url)
     base = Storage.basename(path)
     if looks_like_checkpoint(entries) or (
@@ -123,7 +135,7 @@ def verify_target(
             f"{storage.url(path)}: no checkpoint here (no .metadata) and no checkpoint directories under it",
             hint="point at a DCP checkpoint directory or a run root holding step_N/ directories",
         )
-    reports = [inspect_checkpoint(storage, e.path, options=options, progress=progress) for _cn, e in scan.candidates]
+    reports = [_inspect(storage, e, options, progress) for _cn, e in scan.candidates]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 
 
