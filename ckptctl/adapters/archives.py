@@ -121,12 +121,8 @@ def check_torch_zip(
             res.corrupt(shown, "no data.pkl member (not a torch.save archive)")
             return res
         if deep:
-            _deep_members(storage, path, members, res, shown, allowed_globals, allowed_modules)
+            _deep_members(storage, path, members, res, shown, allowed_globals, allowed_modules, want_top)
         elif want_top:
-            data = _member_bytes(storage, path, pkl, res)
-            if data is not None:
-                res.top = _walk(data, res, shown)
-        if deep and want_top and res.top is None and not res.problems:
             data = _member_bytes(storage, path, pkl, res)
             if data is not None:
                 res.top = _walk(data, res, shown)
@@ -163,6 +159,7 @@ def _deep_members(
     shown: str,
     allowed_globals: frozenset[str],
     allowed_modules: tuple[str, ...],
+    want_top: bool,
 ) -> None:
     findings = RecordFindings()
     with storage.open_read(path) as f:
@@ -197,7 +194,8 @@ def _deep_members(
                 check_member_crc(m, fast_crc32(data, 0), findings)
                 if want_pkl:
                     scan_pickle(data, findings, m.name, allowed_globals)
-                    res.top = _walk(data, res, shown)
+                    if want_top:
+                        res.top = _walk(data, res, shown)
             else:
                 crc, left = 0, m.compressed_size
                 while left > 0:

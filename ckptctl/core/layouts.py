@@ -82,6 +82,9 @@ class Layout:
     """The model's parameters sit at the top level of the DCP state dict (torchtitan): top-level
     keys other than ``known_state_keys`` are reported as ``model``."""
     known_state_keys: frozenset[str] = frozenset()
+    bookkeeping_keys: frozenset[str] = frozenset()
+    """Top-level keys of the writer's archives that describe the save rather than hold state
+    (DeepSpeed's ds_config, param_shapes...): left out of ``contents``."""
     pickle_modules: tuple[str, ...] = ()
     """Module prefixes the writer legitimately pickles into its torch.save files (its own classes)."""
     source: str = ""
@@ -320,6 +323,11 @@ LAYOUTS: tuple[Layout, ...] = (
                    "bf16_zero_pp_rank_{n}_mp_rank_{n}_optim_states.pt",
                    "zero_pp_rank_{n}_mp_rank_{n}_model_states.pt"),
         pickle_modules=("deepspeed.",),
+        bookkeeping_keys=frozenset({
+            "buffer_names", "param_shapes", "frozen_param_shapes", "shared_params", "frozen_param_fragments",
+            "skipped_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config", "ds_version",
+            "checkpoint_parallel_dimensions", "universal_checkpoint_info", "sparse_tensor_module_names",
+        }),
         source="deepspeedai/DeepSpeed deepspeed/runtime/engine.py: save_checkpoint (tag "
         "global_step<N>, then rank 0 writes 'latest'), _get_ckpt_name, _get_zero_ckpt_name, "
         "_common_checkpoint_state (dp_world_size, mp_world_size), _save_zero_checkpoint",
@@ -508,6 +516,7 @@ def contents_of(found: Found | None, state_keys: Iterable[str]) -> list[str]:
     """The top-level state a checkpoint holds, as its writer names it, sorted."""
     names = set(state_keys)
     if found is not None:
+        names -= found.layout.bookkeeping_keys
         names |= {h for h in found.holds() if h not in ("state", "checkpoint", "config")}
         if found.layout.dcp_model_prefixes_flat:
             known = found.layout.known_state_keys

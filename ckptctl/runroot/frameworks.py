@@ -56,6 +56,7 @@ class FrameworkCheck:
     contents: list[str] = field(default_factory=list)
     world_size: int | None = None
     bytes_read: int = 0
+    members_checked: int = 0
 
 
 def detect(name: str, cn: CheckpointName | None, files: dict[str, int], dirs: list[str]) -> L.Found | None:
@@ -96,7 +97,7 @@ def check_dir(
                 storage, fpath, size, shown=shown, deep=options.deep, want_top=part.holds in _KEYS_OF,
                 allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
             )
-            if chk.top is not None:
+            if chk.top is not None and part.holds in _KEYS_OF:
                 tops[entry] = chk.top
         elif part.check == "json":
             chk, _obj = archives.check_json(storage, fpath, size, shown=shown)
@@ -110,6 +111,7 @@ def check_dir(
         res.problems.extend(chk.problems)
         res.notes.extend(chk.notes)
         res.bytes_read += chk.bytes_read
+        res.members_checked += chk.members_checked
     for entry in deferred_indexes:
         chk = archives.check_safetensors_index(storage, path, entry, files, headers)
         res.problems.extend(chk.problems)

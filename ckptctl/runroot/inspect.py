@@ -332,6 +332,7 @@ def inspect_checkpoint(
         problems.extend(fw.problems)
         notes.extend(fw.notes)
         report.bytes_read += fw.bytes_read
+        report.members_crc_checked += fw.members_checked
         if fw.world_size is not None and report.world_size is None:
             report.world_size, report.world_size_source = fw.world_size, "model states"
         contents = fw.contents
