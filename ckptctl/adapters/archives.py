@@ -253,16 +253,20 @@ def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[F
         return res, None
 
 
-def read_safetensors_header(storage: Storage, path: str, size: int, *, shown: str) -> tuple[FileCheck, st.Header | None]:
-    """Parse and check a safetensors file's header against its size."""
+def read_safetensors_header(
+    storage: Storage, path: str, size: int, *, shown: str, at: int = 0
+) -> tuple[FileCheck, st.Header | None]:
+    """Parse and check a safetensors file's header against its size (or a blob's at offset ``at``)."""
     res = FileCheck()
+    size -= at
     try:
-        first = _read(storage, path, 0, min(size, 8), res)
+        first = _read(storage, path, at, at + min(size, 8), res)
         n = st.header_length(first)
         if 8 + n > size:
-            res.corrupt(shown, f"header of {n} bytes does not fit the file ({size} bytes): cut short")
+            res.corrupt(shown, f"header of {n} bytes does not fit the file ({size} bytes): cut short",
+                        code=v.SHARD_TRUNCATED)
             return res, None
-        header = st.parse_header(_read(storage, path, 8, 8 + n, res), n)
+        header = st.parse_header(_read(storage, path, at + 8, at + 8 + n, res), n)
     except st.SafetensorsError as e:
         res.corrupt(shown, str(e))
         return res, None
@@ -271,8 +275,8 @@ def read_safetensors_header(storage: Storage, path: str, size: int, *, shown: st
     except StorageError as e:
         res.problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
         return res, None
-    for msg in st.check_header(header, size):
-        res.corrupt(shown, msg, code=v.SHARD_TRUNCATED if msg.startswith("truncated") else v.FILE_CORRUPT)
+    for cut, msg in st.check_header(header, size, exact_end=at == 0):
+        res.corrupt(shown, msg, code=v.SHARD_TRUNCATED if cut else v.FILE_CORRUPT)
     return res, header
 
 

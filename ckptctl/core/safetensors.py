@@ -101,20 +101,25 @@ def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def check_header(h: Header, file_size: int) -> list[str]:
-    """Problems that make the safetensors library refuse the file (empty: it loads)."""
-    problems: list[str] = []
+def check_header(h: Header, file_size: int, *, exact_end: bool = True) -> list[tuple[bool, str]]:
+    """Problems that make the safetensors library refuse the file (empty: it loads), each as
+    (is the file cut short, message).
+
+    ``exact_end=False`` for a safetensors blob inside a bigger file (DCP's SAFETENSORS
+    records): bytes after its last tensor belong to something else.
+    """
+    problems: list[tuple[bool, str]] = []
     data_size = file_size - h.data_start
     if data_size < 0:
-        return [f"file is {file_size} bytes, its header alone needs {h.data_start}"]
+        return [(True, f"file is {file_size} bytes, its header alone needs {h.data_start}")]
     pos = 0
     for t in sorted(h.tensors.values(), key=lambda t: (t.begin, t.end)):
         if t.end < t.begin:
-            problems.append(f"tensor {t.name}: data_offsets [{t.begin}, {t.end}] run backwards")
+            problems.append((False, f"tensor {t.name}: data_offsets [{t.begin}, {t.end}] run backwards"))
             continue
         if t.begin != pos:
             what = "overlaps the previous tensor" if t.begin < pos else f"leaves a gap of {t.begin - pos} byte(s)"
-            problems.append(f"tensor {t.name} at data offset {t.begin} {what}")
+            problems.append((False, f"tensor {t.name} at data offset {t.begin} {what}"))
         pos = max(pos, t.end)
         itemsize = DTYPE_BYTES.get(t.dtype)
         numel = 1
@@ -122,13 +127,13 @@ def check_header(h: Header, file_size: int) -> list[str]:
             numel *= d
         if itemsize is not None and t.end - t.begin != numel * itemsize:
             problems.append(
-                f"tensor {t.name}: {t.end - t.begin} bytes for shape {list(t.shape)} {t.dtype} "
-                f"(needs {numel * itemsize})"
+                (False, f"tensor {t.name}: {t.end - t.begin} bytes for shape {list(t.shape)} {t.dtype} "
+                        f"(needs {numel * itemsize})")
             )
     if pos > data_size:
-        problems.append(f"truncated: tensors need {pos} bytes of data, the file has {data_size}")
-    elif pos < data_size:
-        problems.append(f"{data_size - pos} byte(s) after the last tensor")
+        problems.append((True, f"truncated: tensors need {pos} bytes of data, the file has {data_size}"))
+    elif pos < data_size and exact_end:
+        problems.append((False, f"{data_size - pos} byte(s) after the last tensor"))
     return problems
 
 

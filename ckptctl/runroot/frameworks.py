@@ -181,52 +181,59 @@ def _check_deepspeed(found: L.Found, tops: dict[str, Any], res: FrameworkCheck) 
 
 def resolve_safetensors_records(
     storage: Storage, upath: str, idx: DcpIndex, files: dict[str, int], where: str, problems: list[v.Problem]
-) -> DcpIndex | None:
-    """If the unit's files are safetensors (``FileSystemWriter(serialization_format=SAFETENSORS)``),
-    the index with each record's real byte range from the file headers; None for torch.save records.
+) -> tuple[DcpIndex, DcpIndex] | None:
+    """For DCP written with ``FileSystemWriter(serialization_format=SAFETENSORS)``: the index with
+    each tensor record's real byte range, and the index the deep check reads (its torch.save
+    records only); None when the tensor records are torch.save archives (the default format).
 
-    Such a writer records offset 0 and the tensor's byte count for every record; the bytes sit
-    where the file's own header says. One 9-byte read of the largest file tells the formats apart.
+    That writer stores a file's tensors as one safetensors blob and records, for each of them,
+    the blob's offset and the tensor's byte count; the bytes sit where the blob's own header
+    says. Non-tensor values stay torch.save records before it. One 9-byte read tells them apart.
     """
-    referenced = sorted({it.relative_path for it in idx.items if it.relative_path in files},
-                        key=lambda n: -files[n])
-    if not referenced or files[referenced[0]] < 9:
+    blobs = sorted({(it.relative_path, it.offset) for it in idx.items
+                    if it.chunk_offsets is not None and it.relative_path in files and not it.transformed})
+    if not blobs:
+        return None
+    rel0, off0 = max(blobs, key=lambda b: files[b[0]])
+    if files[rel0] < off0 + 9:
         return None
     try:
-        first = storage.read_bytes(storage.join(upath, referenced[0]), 0, 9)
+        first = storage.read_bytes(storage.join(upath, rel0), off0, off0 + 9)
     except StorageUnreachableError:
         raise
     except StorageError:
         return None
     if not st.looks_like_safetensors(first):
         return None
+    headers: dict[tuple[str, int], st.Header | None] = {}
+    for rel, off in blobs:
+        chk, headers[(rel, off)] = archives.read_safetensors_header(
+            storage, storage.join(upath, rel), files[rel], shown=f"{where}{rel}@{off}", at=off
+        )
+        problems.extend(chk.problems)
     items: list[StorageItem] = []
     lost: list[str] = []
-    headers: dict[str, st.Header | None] = {}
     for it in idx.items:
-        rel = it.relative_path
-        if rel not in files:
+        key = (it.relative_path, it.offset)
+        if it.chunk_offsets is None or key not in headers:
             items.append(it)
             continue
-        if rel not in headers:
-            chk, headers[rel] = archives.read_safetensors_header(
-                storage, storage.join(upath, rel), files[rel], shown=where + rel
-            )
-            problems.extend(chk.problems)
-        h = headers[rel]
+        h = headers[key]
         t = h.tensors.get(it.fqn) if h is not None else None
-        if h is None:
+        if h is None or t is None:
+            if h is not None:
+                lost.append(it.fqn)
             continue
-        if t is None:
-            lost.append(it.fqn)
-            continue
-        items.append(replace(it, offset=h.data_start + t.begin, length=t.end - t.begin))
+        items.append(replace(it, offset=it.offset + h.data_start + t.begin, length=t.end - t.begin))
     if lost:
         problems.append(
-            v.Problem(v.CORRUPT, f"{len(lost)} record(s) listed in .metadata are not in their safetensors file "
+            v.Problem(v.CORRUPT, f"{len(lost)} record(s) listed in .metadata are not in their safetensors blob "
                                  f"(e.g. {lost[0]})", code=v.TENSORS_LOST)
         )
-    return replace(idx, items=tuple(items))
+    full = replace(idx, items=tuple(items))
+    zips = replace(idx, items=tuple(it for it in items if (it.relative_path, it.offset) not in headers
+                                    and it.chunk_offsets is None))
+    return full, zips
 
 
 # -- single-file checkpoints ---------------------------------------------------------------------

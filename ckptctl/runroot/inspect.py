@@ -254,7 +254,6 @@ def inspect_checkpoint(
     referenced_ranks: set[int] = set()
     shard_names: list[str] = []
     rank_local_total = 0
-    safetensors_units: list[DcpUnit] = []
     for unit in units:
         upath = storage.join(path, unit.subdir) if unit.subdir else path
         where = f"{unit.subdir}/" if unit.subdir else ""
@@ -280,13 +279,13 @@ def inspect_checkpoint(
                 f"rank-local metadata ({w} x __r.metadata): loadable only at world size {w}; "
                 "DCP silently returns uninitialised memory at any other world size"
             )
+        deep_idx = None
         if idx is not None:
-            st_idx = frameworks.resolve_safetensors_records(storage, upath, idx, unit.files, where, problems)
-            if st_idx is not None:
-                idx = st_idx
-                safetensors_units.append(unit)
-                notes.append(f"{where or './'}: DCP records in safetensors format (header and sizes checked; "
-                             "safetensors carries no checksums)")
+            resolved = frameworks.resolve_safetensors_records(storage, upath, idx, unit.files, where, problems)
+            if resolved is not None:
+                idx, deep_idx = resolved
+                notes.append(f"{where or './'}: DCP tensor records in safetensors format (headers and sizes "
+                             "checked; safetensors carries no checksums)")
         unit.index = idx
         if idx is None:
             continue
@@ -294,6 +293,8 @@ def inspect_checkpoint(
         problems.extend(chk.problems)
         notes.extend(chk.notes)
         referenced_ranks |= chk.ranks_referenced
+        if deep_idx is not None:
+            unit.index = deep_idx  # the deep check reads the torch.save records only
 
     # -- world size ----------------------------------------------------------------------------
     ws = v.infer_world_size(
@@ -316,10 +317,9 @@ def inspect_checkpoint(
         problems.extend(v.check_manifest_files(manifest, all_files, step_from_name=report.step))
 
     # -- deep: read every byte -------------------------------------------------------------------
-    zip_units = [u for u in units if u not in safetensors_units]
-    if report.deep and zip_units and not any(p.code == v.SHARD_MISSING for p in problems):
-        deep_check(storage, path, zip_units, manifest, all_files, options, report, problems, progress)
-    elif report.deep and zip_units:
+    if report.deep and units and not any(p.code == v.SHARD_MISSING for p in problems):
+        deep_check(storage, path, units, manifest, all_files, options, report, problems, progress)
+    elif report.deep and units:
         notes.append("deep check skipped: shards are missing")
 
     # -- the framework's own parts: required set, side files, contents ---------------------------
