@@ -14,12 +14,14 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ckptctl.core import verify as v
+from ckptctl.core.dcp import SHARD_SUFFIX
 
 Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "text", "none"]
 """How a part is verified: a DCP directory against its .metadata; a torch.save zip by its
@@ -435,15 +437,26 @@ class Found:
         return {by_name[pn].holds for pn in self.present if pn in by_name}
 
 
+@functools.lru_cache(maxsize=64)
+def _combined(lay: Layout, is_dir: bool) -> tuple[re.Pattern[str], tuple[Part, ...]]:
+    """One alternation per layout (a group per part): one match per file, not one per part."""
+    parts = tuple(p for p in lay.parts if p.is_dir == is_dir)
+    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-1]})" for i, p in enumerate(parts))
+    return re.compile(f"^(?:{alts})$" if alts else r"(?!)"), parts
+
+
 def match_parts(lay: Layout, files: Iterable[str], dirs: Iterable[str]) -> Found:
     found = Found(layout=lay)
-    compiled = [(p, p.pattern()) for p in lay.parts]
     for names, is_dir in ((sorted(files), False), (sorted(dirs), True)):
+        pattern, parts = _combined(lay, is_dir)
         for n in names:
-            for p, pat in compiled:
-                if p.is_dir == is_dir and pat.match(n):
-                    found.present.setdefault(p.name, []).append(n)
-                    break
+            if n.endswith(SHARD_SUFFIX):
+                continue  # DCP shards belong to the DCP rules, never to a framework part
+            m = pattern.match(n)
+            if m is not None:
+                group = next(k for k, val in m.groupdict().items() if val is not None)
+                p = parts[int(group[1:])]
+                found.present.setdefault(p.name, []).append(n)
     return found
 
 
@@ -452,7 +465,8 @@ def detect_layout(name: str, files: Iterable[str], dirs: Iterable[str], *, frame
 
     None when no framework layout matches (the caller falls back to plain DCP rules).
     """
-    files, dirs = list(files), list(dirs)
+    files = [f for f in files if not f.endswith(SHARD_SUFFIX)]  # DCP shards: no framework part
+    dirs = list(dirs)
     best: tuple[int, int, Found] | None = None
     for lay in LAYOUTS:
         if lay.container != "dir" or lay.key in ("dcp",):
