@@ -339,7 +339,7 @@ LAYOUTS: tuple[Layout, ...] = (
         title="ckptctl",
         step_name=r"^step_(?P<step>\d+)$",
         container="dir",
-        parts=(_DCP_TOP,),
+        parts=(_DCP_TOP, Part(name="ckptctl.json", holds="manifest", check="none")),
         needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit",
                       code=v.METADATA_MISSING),),
         signature=("ckptctl.json",),
@@ -531,7 +531,7 @@ def contents_of(found: Found | None, state_keys: Iterable[str]) -> list[str]:
     names = set(state_keys)
     if found is not None:
         names -= found.layout.bookkeeping_keys
-        names |= {h for h in found.holds() if h not in ("state", "checkpoint", "config")}
+        names |= {h for h in found.holds() if h not in ("state", "checkpoint", "config", "manifest")}
         if found.layout.dcp_model_prefixes_flat:
             known = found.layout.known_state_keys
             flat = {n for n in names if n not in known and n not in found.holds() and not OPTIMIZER_NAME.match(n)}

@@ -126,9 +126,8 @@ def walk(data: bytes) -> Any:
                 attr, module = stack.pop(), stack.pop()
                 stack.append(Opaque(f"{module}.{attr}"))
             elif name in ("REDUCE", "NEWOBJ"):
-                _args, fn = stack.pop(), stack.pop()
-                what = fn.what if isinstance(fn, Opaque) else "?"
-                stack.append({} if what in _DICT_CLASSES else Opaque(what))
+                args, fn = stack.pop(), stack.pop()
+                stack.append(_plain_call(fn.what if isinstance(fn, Opaque) else "?", args))
             elif name == "NEWOBJ_EX":
                 _kw, _args, cls = stack.pop(), stack.pop(), stack.pop()
                 stack.append(Opaque(cls.what if isinstance(cls, Opaque) else "?"))
@@ -179,6 +178,21 @@ def walk(data: bytes) -> Any:
     if len(stack) != 1:
         raise PickleWalkError("the pickle does not leave exactly one value")
     return stack[0]
+
+
+def _plain_call(what: str, args: Any) -> Any:
+    """The value of calling a plain constructor the way protocols 0-2 spell plain values
+    (``set([...])``, ``_codecs.encode(s, 'latin1')`` for bytes); anything else stays opaque."""
+    if what in _DICT_CLASSES:
+        return {}
+    one = args[0] if isinstance(args, tuple) and len(args) >= 1 else None
+    if what in ("builtins.set", "__builtin__.set") and isinstance(one, list):
+        return {x for x in one if _hashable(x)}
+    if what in ("builtins.frozenset", "__builtin__.frozenset") and isinstance(one, list):
+        return frozenset(x for x in one if _hashable(x))
+    if what == "_codecs.encode" and isinstance(one, str) and len(args) == 2 and args[1] == "latin1":
+        return one.encode("latin-1")
+    return Opaque(what)
 
 
 def _hashable(x: Any) -> bool:
