@@ -277,3 +277,40 @@ def test_candidate_from_name() -> None:
     assert Candidate.from_name("latest") is None
     assert rb.stamp_of("step_30.quarantined-20261121T010000Z-2") == "20261121T010000Z-2"
     assert rb.stamp_of("step_30") == ""
+
+
+# (candidates still there, vanished, step, refusal code or the plan's (source, fallback))
+VANISHED = [
+    # the newest vanished before it was inspected: the "newest" is unknown -> refuse
+    ("step_20:complete step_10:-", "step_30", None, rb.ROOT_CHANGED),
+    # nothing complete left, but something live vanished: not "nothing to roll back"
+    ("step_20:incomplete step_10:incomplete", "step_30", None, rb.ROOT_CHANGED),
+    # --step target itself, or a newer one than it, vanished
+    ("step_20:complete step_10:complete", "step_30", 20, rb.ROOT_CHANGED),
+    # an older one vanished: decided without it
+    ("step_30:complete step_20:complete", "step_10", None, ("step_30", "step_20")),
+    ("step_30:complete step_20:incomplete", "step_10", None, rb.NO_FALLBACK),
+    # a vanished temp or quarantined directory never matters to a rollback
+    ("step_30:complete step_20:complete", "step_40.tmp-ab", None, ("step_30", "step_20")),
+]
+
+
+@pytest.mark.parametrize(("spec", "gone", "step", "want"), VANISHED)
+def test_rollback_with_vanished_candidates(spec: str, gone: str, step: int | None, want: object) -> None:
+    got = plan(spec, step=step, vanished=cands(gone))
+    if isinstance(want, str):
+        assert isinstance(got, Refusal) and got.code == want, got
+        if want == rb.ROOT_CHANGED:
+            assert gone in got.message
+    else:
+        assert isinstance(got, RollbackPlan), got
+        assert (got.source, got.fallback) == want
+
+
+def test_undo_refuses_when_a_quarantined_candidate_vanished() -> None:
+    spec = "step_20:complete step_30.quarantined-20261121T031100Z:complete"
+    got = undo(spec, vanished=cands("step_30.quarantined-20261121T031000Z"))
+    assert isinstance(got, Refusal) and got.code == rb.ROOT_CHANGED
+    # one at another step does not matter to an undo --step
+    ok = undo(spec, step=30, vanished=cands("step_40.quarantined-20261121T031000Z"))
+    assert isinstance(ok, RollbackPlan) and ok.destination == "step_30"

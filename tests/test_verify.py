@@ -603,3 +603,11 @@ def test_metadata_object_with_a_non_dict_state_is_a_clear_error(cls: bytes) -> N
     with pytest.raises(MetadataError, match="not a DCP metadata pickle") as e:
         unpickle_metadata(data)
     assert not e.value.hostile
+
+
+def test_every_problem_code_is_documented() -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    table = set(re.findall(r"^\| `([a-z-]+)` \| (?:incomplete|corrupt|unsupported) \|", doc, re.M))
+    assert table == PROBLEM_CODES

@@ -15,6 +15,7 @@ from ckptctl.cli.options import (
     IncludeModelOnlyOpt,
     JsonOpt,
     RequireOpt,
+    RootArg,
     WorldSizeOpt,
 )
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 # ops modules are imported inside each command: `ckptctl --help` must stay fast.
 
-RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 AllowGlobalOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -155,6 +155,8 @@ def locate_cmd(
         )
     for s in result.skipped:
         out.warn(f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
+    for name in result.vanished:
+        out.warn(f"{name} disappeared while it was being checked (retention or a save at work?)")
     if json_:
         out.emit_json(result.to_json())
     elif result.checkpoint is not None:

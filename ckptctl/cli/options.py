@@ -29,6 +29,27 @@ DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Show the plan; change nothing.")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", help="Confirm a destructive action.")]
+RootArg = Annotated[
+    str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")
+]
+ConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--config",
+        "-c",
+        metavar="FILE",
+        help="ckptctl.yaml (default: ./ckptctl.yaml if present).",
+    ),
+]
+SignaturesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--signatures",
+        metavar="FILE",
+        help="Extra signature catalog (YAML, docs/classify.md); its entries take precedence "
+        "over the built-in ones, same id replaces. Repeatable.",
+    ),
+]
 RequireOpt = Annotated[
     str | None,
     typer.Option(

@@ -8,14 +8,13 @@ import typer
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
-from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt
+from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt, RootArg
 
 if TYPE_CHECKING:
     from ckptctl.ops import rollback as ops_t
 
 # ops is imported inside each command: `ckptctl --help` stays fast.
 
-RootArg = Annotated[str, typer.Argument(help="Run root: a local path or fsspec URL (s3://, memory://, file://).")]
 StepOpt = Annotated[
     int | None,
     typer.Option(

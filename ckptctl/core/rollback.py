@@ -25,9 +25,10 @@ from datetime import datetime
 from typing import Any
 
 from ckptctl.core.names import (
-    QUARANTINE_TAG,
+    STAMP_FORMAT,
     parse_checkpoint_name,
     quarantine_name,
+    stamp_of,
     unquarantine_name,
 )
 
@@ -38,9 +39,6 @@ RESTORE = "restore"
 #: The only status a fallback (or the next ``locate``) may have.
 COMPLETE = "complete"
 
-#: ``now_stamp`` format: UTC, ISO 8601 basic, to the second (sorts as text).
-STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
-
 # Refusal codes (the JSON ``refused.code`` field): a contract, add, never rename.
 NOTHING_TO_ROLL_BACK = "nothing-to-roll-back"
 NO_FALLBACK = "no-fallback"
@@ -48,6 +46,7 @@ NO_SUCH_STEP = "no-such-step"
 AMBIGUOUS_STEP = "ambiguous-step"
 NOTHING_TO_UNDO = "nothing-to-undo"
 NAME_TAKEN = "name-taken"
+ROOT_CHANGED = "root-changed"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,11 +211,6 @@ def stamp_to_iso(now_stamp: str) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def stamp_of(name: str) -> str:
-    """The quarantine stamp in a quarantined name ('' when it is not one)."""
-    return name.split(QUARANTINE_TAG, 1)[1] if QUARANTINE_TAG in name else ""
-
-
 def _newest_first(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: (-c.step, c.name))
 
@@ -264,6 +258,16 @@ def _record(
     )
 
 
+def _root_changed(root: str, gone: Sequence[str], current_locate: str | None) -> Refusal:
+    return Refusal(
+        code=ROOT_CHANGED,
+        message=f"the run root changed while it was being inspected: {', '.join(gone)} disappeared "
+        "(a training job's retention, or someone else, is changing it); nothing was renamed",
+        hint=f"run `ckptctl list {root}` to see the run root now, then retry",
+        current_locate=current_locate,
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # plans
 # ---------------------------------------------------------------------------------------
@@ -278,18 +282,26 @@ def plan_rollback(
     step: int | None = None,
     reason: str | None = None,
     other_names: Collection[str] = (),
+    vanished: Collection[Candidate] = (),
 ) -> RollbackPlan | Refusal:
     """Quarantine the newest complete checkpoint (or the one at ``step``).
 
     ``candidates``: every checkpoint directory in the root (any order). Those that
     ``locate`` walks past must carry a status. ``other_names``: any other names in
     the root (files, non-checkpoint dirs), so the new name collides with nothing.
+    ``vanished``: directories the listing named that were gone when inspected (a
+    training job's retention, someone's ``rm``): one at or newer than the target
+    makes the decision unsafe (the "newest" may not be what the user saw), so the
+    plan is refused; older ones only shorten the walk to the fallback.
     """
     stamp_to_iso(now_stamp)  # validate before deciding anything
     live = _newest_first(c for c in candidates if c.is_live)
     current = _first_complete(live)
     current_name = current.name if current else None
     notes: list[str] = []
+    gone = sorted(c.name for c in vanished if c.is_live)
+    if gone and current is None and step is None:
+        return _root_changed(root, gone, current_name)
 
     if step is None:
         if current is None:
@@ -331,6 +343,9 @@ def plan_rollback(
                 f"{target.name} is already not complete ({target.status}): locate skips it even "
                 "without a quarantine; quarantining it only marks it bad for people and tools"
             )
+    newer_gone = sorted(c.name for c in vanished if c.is_live and c.step >= target.step)
+    if newer_gone:
+        return _root_changed(root, newer_gone, current_name)
 
     # The safety rule: a COMPLETE checkpoint older than the target must exist.
     older = [c for c in live if c.step < target.step]
@@ -395,6 +410,7 @@ def plan_undo(
     step: int | None = None,
     reason: str | None = None,
     other_names: Collection[str] = (),
+    vanished: Collection[Candidate] = (),
 ) -> RollbackPlan | Refusal:
     """Restore the most recently quarantined checkpoint (or the newest-stamped one at ``step``).
 
@@ -407,6 +423,10 @@ def plan_undo(
     current = _first_complete(live)
     current_name = current.name if current else None
     quarantined = [c for c in candidates if c.is_quarantined and (step is None or c.step == step)]
+    gone = sorted(c.name for c in vanished if c.is_quarantined and (step is None or c.step == step))
+    if gone:
+        # which quarantine is "the most recent" is no longer known
+        return _root_changed(root, gone, current_name)
     if not quarantined:
         where = f" at step {step}" if step is not None else ""
         return Refusal(

@@ -2,7 +2,7 @@
 
 The engine lives in ``ckptctl.runroot`` (``inspect``: scan and inspect; ``deep``:
 every byte; ``locate``: the use cases; ``reports``: the result values), where the
-training library can use it too. This module is the use-case face the CLI and
+training library can use it too; problems carry stable codes (``core.verify``). This module is the use-case face the CLI and
 ``recover`` call; it re-exports the engine's public names so existing imports
 (``from ckptctl.ops.checkpoints import find_latest_complete``) keep working.
 """
@@ -13,6 +13,7 @@ from ckptctl.runroot.inspect import POINTER_FILES, RootScan, inspect_checkpoint,
 from ckptctl.runroot.locate import (
     find_latest_complete,
     list_checkpoints,
+    locate_in,
     verify_checkpoint,
     verify_target,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "inspect_checkpoint",
     "iso_time",
     "list_checkpoints",
+    "locate_in",
     "pointer_agrees",
     "scan_root",
     "verify_checkpoint",

@@ -9,7 +9,7 @@ byte) is ``ckptctl.runroot.deep``. Nothing here writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckptctl.adapters.dcp_metadata import MetadataError, merge_indexes, read_index
 from ckptctl.adapters.storage import Entry, Storage
@@ -51,6 +51,8 @@ class RootScan:
     candidates: list[tuple[CheckpointName, Entry]]
     """Every directory with a checkpoint name, newest first (temp/quarantined included)."""
     pointers: list[PointerHint]
+    entries: list[Entry] = field(default_factory=list)
+    """The whole listing (checkpoint directories, files, other folders)."""
 
 
 def looks_like_checkpoint(entries: list[Entry]) -> bool:
@@ -91,7 +93,7 @@ def scan_root(storage: Storage, root: str, entries: list[Entry] | None = None) -
                 continue
             pointers.append(PointerHint(file=e.name, names=text.splitlines()[0] if text else ""))
     cands.sort(key=lambda ce: newest_first_key(ce[0]))
-    return RootScan(storage=storage, root=root, candidates=cands, pointers=pointers)
+    return RootScan(storage=storage, root=root, candidates=cands, pointers=pointers, entries=entries)
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from ckptctl.adapters.storage import Entry, Storage
 from ckptctl.core.names import parse_checkpoint_name
-from ckptctl.errors import ProblemFound
+from ckptctl.errors import NotFoundError, ProblemFound
 from ckptctl.runroot import frameworks
-from ckptctl.runroot.inspect import inspect_checkpoint, looks_like_checkpoint, scan_root
+from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, looks_like_checkpoint, scan_root
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
     CheckOptions,
@@ -24,12 +24,7 @@ from ckptctl.runroot.reports import (
     VerifyResult,
     noop,
 )
-
-
-def _inspect(storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn) -> CheckpointReport:
-    if not e.is_dir:
-        return frameworks.inspect_file(storage, e, options)
-    return inspect_checkpoint(storage, e.path, options=options, progress=progress)
+from ckptctl.runroot.root import RunRoot, as_run_root
 
 
 def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
@@ -37,18 +32,39 @@ def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
     return storage, root, storage.list_dir(root)
 
 
+def _inspect_unless_vanished(
+    storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn
+) -> CheckpointReport | None:
+    """Inspect a directory the scan listed; None when it is gone by now.
+
+    Retention (hide, then purge) and a save's commit rename run beside readers: a
+    directory listed a moment ago may no longer exist. That is not an error of the
+    run root; the caller treats it as absent and says so.
+    """
+    try:
+        if not e.is_dir:  # a single-file checkpoint (Lightning .ckpt, .pt/.pth/.pth.tar)
+            return frameworks.inspect_file(storage, e, options)
+        return inspect_checkpoint(storage, e.path, options=options, progress=progress)
+    except NotFoundError:
+        return None
+
+
 def list_checkpoints(
-    url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
+    url: str | RunRoot, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
 ) -> ListResult:
     """Every checkpoint under a run root, newest first, each verified."""
-    storage, root, entries = _open_root(url)
-    scan = scan_root(storage, root, entries)
-    reports = [_inspect(storage, e, options, progress) for _cn, e in scan.candidates]
-    return ListResult(root=storage.url(root), checkpoints=reports, pointers=scan.pointers)
+    root = as_run_root(url)
+    scan = scan_root(root.storage, root.path, root.list())
+    reports = [
+        r
+        for _cn, e in scan.candidates
+        if (r := _inspect_unless_vanished(root.storage, e, options, progress)) is not None
+    ]
+    return ListResult(root=root.url, checkpoints=reports, pointers=scan.pointers)
 
 
 def find_latest_complete(
-    root: str,
+    root: str | RunRoot,
     *,
     deep: bool = False,
     before_step: int | None = None,
@@ -63,29 +79,49 @@ def find_latest_complete(
     """
     t0 = time.perf_counter()
     opts = options or CheckOptions(deep=deep, world_size=world_size)
-    storage, path, entries = _open_root(root)
-    scan = scan_root(storage, path, entries)
+    rr = as_run_root(root)
+    scan = scan_root(rr.storage, rr.path, rr.list())
+    result = locate_in(scan, options=opts, before_step=before_step, progress=progress)
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def locate_in(
+    scan: RootScan,
+    *,
+    options: CheckOptions = DEFAULT_OPTIONS,
+    before_step: int | None = None,
+    progress: ProgressFn = noop,
+) -> LocateResult:
+    """``locate`` over a listing already made: the walk ``rollback`` plans with, too."""
+    t0 = time.perf_counter()
+    storage = scan.storage
     skipped: list[CheckpointReport] = []
+    vanished: list[str] = []
     found: CheckpointReport | None = None
     for cn, e in scan.candidates:
         if not cn.is_candidate:
             continue
         if before_step is not None and cn.step >= before_step:
             continue
-        report = _inspect(storage, e, opts, progress)
-        if not opts.include_model_only:
+        report = _inspect_unless_vanished(storage, e, options, progress)
+        if report is None:
+            vanished.append(cn.name)
+            continue
+        if not options.include_model_only:
             frameworks.skip_model_only(report)  # a weights export is no resume point: say so
         if report.is_complete:
             found = report
             break
         skipped.append(report)
     return LocateResult(
-        root=storage.url(path),
+        root=storage.url(scan.root),
         checkpoint=found,
         skipped=skipped,
         pointers=scan.pointers,
         before_step=before_step,
         elapsed_s=time.perf_counter() - t0,
+        vanished=vanished,
     )
 
 
@@ -135,7 +171,12 @@ def verify_target(
             f"{storage.url(path)}: no checkpoint here (no .metadata) and no checkpoint directories under it",
             hint="point at a DCP checkpoint directory or a run root holding step_N/ directories",
         )
-    reports = [_inspect(storage, e, options, progress) for _cn, e in scan.candidates]
+    reports = [
+        inspect_checkpoint(storage, e.path, options=options, progress=progress)
+        if e.is_dir
+        else frameworks.inspect_file(storage, e, options)
+        for _cn, e in scan.candidates
+    ]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 
 

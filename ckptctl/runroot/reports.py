@@ -149,6 +149,8 @@ class LocateResult:
     pointers: list[PointerHint]
     before_step: int | None = None
     elapsed_s: float = 0.0
+    vanished: list[str] = field(default_factory=list)
+    """Candidates the listing named that were gone when probed (retention, a save's rename)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,6 +160,7 @@ class LocateResult:
             "step": self.checkpoint.step if self.checkpoint else None,
             "before_step": self.before_step,
             "skipped": [c.to_json() for c in self.skipped],
+            "vanished": self.vanished,
             "pointers": [
                 {**p.to_json(), "agrees": bool(self.checkpoint and pointer_agrees(p, self.checkpoint))}
                 for p in self.pointers

@@ -1,0 +1,250 @@
+"""The layering of DESIGN.md, checked on every module's imports (ast, nothing imported).
+
+    cli -> ops -> runroot -> adapters -> core -> stdlib
+    training -> runroot / adapters / core   (never ops, never cli)
+
+Imports under ``if TYPE_CHECKING:`` are types only and never run; they may name any
+lower layer. torch is imported at module level only inside ``ckptctl.training``; other
+code that needs it (``verify --check-finite``) imports it inside the function.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "ckptctl"
+
+#: Modules at the top of the package every layer may use.
+SHARED = {"ckptctl", "ckptctl.errors", "ckptctl.exit_codes"}
+
+#: For each package: the ckptctl packages its modules may import at run time.
+ALLOWED: dict[str, set[str]] = {
+    "core": {"core"},
+    "adapters": {"adapters", "core"},
+    "runroot": {"runroot", "adapters", "core"},
+    "ops": {"ops", "runroot", "adapters", "core"},
+    "training": {"training", "runroot", "adapters", "core"},
+    "cli": {"cli", "ops", "core"},
+}
+#: Type-only imports (``if TYPE_CHECKING:``) may also name these.
+TYPE_ONLY_EXTRA: dict[str, set[str]] = {
+    "cli": {"runroot", "adapters"},
+}
+#: Top-level modules and what they may import.
+TOP_LEVEL: dict[str, set[str]] = {
+    "ckptctl.errors": {"ckptctl", "ckptctl.exit_codes"},
+    "ckptctl.exit_codes": set(),
+    "ckptctl": set(),
+    "ckptctl.__main__": {"ckptctl.cli"},
+}
+
+
+@dataclass(frozen=True)
+class Imp:
+    module: str
+    """The imported module (``ckptctl.core.verify``, ``torch``)."""
+    line: int
+    at_module_level: bool
+    """Runs when the module is imported (not inside a function)."""
+    type_only: bool
+    """Inside ``if TYPE_CHECKING:``."""
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_of(path: Path, source: str | None = None) -> list[Imp]:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    is_package = rel.name == "__init__"
+    module = ".".join(rel.parts[:-1] if is_package else rel.parts)
+    out: list[Imp] = []
+
+    def visit(node: ast.AST, top: bool, type_only: bool) -> None:
+        if isinstance(node, ast.Import):
+            out.extend(Imp(a.name, node.lineno, top, type_only) for a in node.names)
+            return
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(node, module, is_package)
+            out.append(Imp(target, node.lineno, top, type_only))
+            # "from ckptctl import audit" names a submodule
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                where = PKG.parent / Path(*sub.split("."))
+                if target.startswith("ckptctl") and (where.is_dir() or where.with_suffix(".py").exists()):
+                    out.append(Imp(sub, node.lineno, top, type_only))
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, top, True)
+            for child in node.orelse:
+                visit(child, top, type_only)
+            return
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for kid in ast.iter_child_nodes(node):
+            visit(kid, inner, type_only)
+
+    text = path.read_text(encoding="utf-8") if source is None else source
+    visit(ast.parse(text), True, False)
+    return out
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+ALL_MODULES = sorted(PKG.rglob("*.py"))
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALLOWED) else None
+
+
+def _ckptctl_package(target: str) -> str:
+    """``ckptctl.core.verify`` -> ``core``; ``ckptctl.errors`` -> ``ckptctl.errors``."""
+    parts = target.split(".")
+    if target in SHARED or len(parts) < 2:
+        return target
+    if parts[1] in ALLOWED:
+        return parts[1]
+    return ".".join(parts[:2])
+
+
+def test_every_package_is_covered() -> None:
+    packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(ALLOWED), "add the new package's layer to ALLOWED (and DESIGN.md)"
+    tops = {module_name(p) for p in PKG.glob("*.py")}
+    assert tops == set(TOP_LEVEL), "add the new top-level module to TOP_LEVEL"
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_imports_follow_the_layers(path: Path) -> None:
+    module = module_name(path)
+    layer = _layer(module)
+    bad = []
+    for imp in imports_of(path):
+        if not imp.module.startswith("ckptctl"):
+            continue
+        if layer is None:
+            allowed = TOP_LEVEL[module]
+            if not any(imp.module == a or imp.module.startswith(a + ".") for a in allowed):
+                bad.append(f"line {imp.line}: {imp.module}")
+            continue
+        pkg = _ckptctl_package(imp.module)
+        if pkg in SHARED:
+            continue
+        ok = ALLOWED[layer] | (TYPE_ONLY_EXTRA.get(layer, set()) if imp.type_only else set())
+        if pkg not in ok:
+            bad.append(f"line {imp.line}: {imp.module} ({layer} -> {pkg})")
+    assert not bad, f"{module} breaks the layering (DESIGN.md): " + "; ".join(bad)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PKG / "core").rglob("*.py")), ids=lambda p: module_name(p)
+)
+def test_core_imports_only_the_standard_library(path: Path) -> None:
+    bad = [
+        f"line {imp.line}: {imp.module}"
+        for imp in imports_of(path)
+        if not imp.module.startswith("ckptctl")
+        and imp.module.split(".")[0] not in sys.stdlib_module_names
+        and imp.module != "__future__"
+    ]
+    assert not bad, f"{module_name(path)}: core is stdlib only: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_torch_at_module_level_only_in_training(path: Path) -> None:
+    module = module_name(path)
+    if module.startswith("ckptctl.training"):
+        return
+    eager = [
+        f"line {imp.line}: {imp.module}"
+        for imp in imports_of(path)
+        if imp.module.split(".")[0] == "torch" and imp.at_module_level and not imp.type_only
+    ]
+    assert not eager, f"{module} imports torch when imported (do it inside the function): {eager}"
+
+
+# -- one home per resource ---------------------------------------------------------------------
+
+#: Calls that rename or remove a directory tree.
+_MUTATING_CALLS = {"rename", "remove_tree", "rmtree", "replace", "removedirs", "rmdir"}
+#: Where they may appear: runroot.mutate (step directories) and the storage adapter (the
+#: primitive itself); _dcp_io renames DCP's own ``.metadata.tmp`` file inside a save.
+_MUTATION_HOMES = {
+    "ckptctl.runroot.mutate",
+    "ckptctl.adapters.storage",
+    "ckptctl.training._dcp_io",
+}
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_only_runroot_mutate_renames_or_removes_directories(path: Path) -> None:
+    module = module_name(path)
+    if module in _MUTATION_HOMES:
+        return
+    calls = [
+        f"line {node.lineno}: .{node.func.attr}()"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MUTATING_CALLS
+        and not (isinstance(node.func.value, ast.Constant))  # "x".replace(...)
+        and not _is_str_method(node)
+    ]
+    assert not calls, f"{module} renames/removes directly; go through ckptctl.runroot.mutate: {calls}"
+
+
+def _is_str_method(node: ast.Call) -> bool:
+    """``text.replace("a", "b")``: two string arguments is str.replace, not os.replace."""
+    assert isinstance(node.func, ast.Attribute)
+    if node.func.attr != "replace":
+        return False
+    return not (isinstance(node.func.value, ast.Name) and node.func.value.id == "os")
+
+
+def test_the_checker_sees_violations() -> None:
+    """The rules above can fail: a core module importing ops and torch is caught."""
+    src = (
+        "from typing import TYPE_CHECKING\n"
+        "import torch\n"
+        "from ckptctl.ops import checkpoints\n"
+        "from .. import errors\n"
+        "if TYPE_CHECKING:\n"
+        "    from ckptctl.adapters.storage import Storage\n"
+        "def f():\n"
+        "    import torch.nn\n"
+    )
+    found = imports_of(PKG / "core" / "not_a_module.py", source=src)
+    assert [(i.module, i.at_module_level, i.type_only) for i in found] == [
+        ("typing", True, False),
+        ("torch", True, False),
+        ("ckptctl.ops", True, False),
+        ("ckptctl.ops.checkpoints", True, False),
+        ("ckptctl", True, False),
+        ("ckptctl.errors", True, False),
+        ("ckptctl.adapters.storage", True, True),
+        ("torch.nn", False, False),
+    ]
+    assert _ckptctl_package("ckptctl.ops.checkpoints") not in ALLOWED["core"]
+    assert _ckptctl_package("ckptctl.adapters.storage") not in ALLOWED["core"]
