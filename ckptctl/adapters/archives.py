@@ -123,7 +123,7 @@ def check_torch_zip(
         if deep:
             _deep_members(storage, path, members, res, shown, allowed_globals, allowed_modules, want_top)
         elif want_top:
-            data = _member_bytes(storage, path, pkl, res)
+            data = _member_bytes(storage, path, pkl, res, shown)
             if data is not None:
                 res.top = _walk(data, res, shown)
     except StorageUnreachableError:
@@ -131,6 +131,16 @@ def check_torch_zip(
     except StorageError as e:
         res.problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
     return res
+
+
+def _inflate(raw: bytes) -> bytes:
+    """Raw deflate, capped: a crafted member cannot expand without bound."""
+    cap = MAX_PICKLE_BYTES
+    d = zlib.decompressobj(-15)
+    out = d.decompress(raw, cap)
+    if d.unconsumed_tail:
+        raise zlib.error(f"inflates past {cap} bytes")
+    return out
 
 
 def _walk(data: bytes, res: FileCheck, shown: str) -> Any:
@@ -141,14 +151,22 @@ def _walk(data: bytes, res: FileCheck, shown: str) -> Any:
         return None
 
 
-def _member_bytes(storage: Storage, path: str, m: Member, res: FileCheck) -> bytes | None:
+def _member_bytes(storage: Storage, path: str, m: Member, res: FileCheck, shown: str) -> bytes | None:
     if m.compressed_size > MAX_PICKLE_BYTES:
         res.notes.append(f"{m.name}: {m.compressed_size} bytes, too large to read its keys")
         return None
     header = _read(storage, path, m.local_header_offset, m.local_header_offset + 30, res)
-    start = data_offset(header, m)
+    try:
+        start = data_offset(header, m)
+    except RecordFormatError as e:
+        res.corrupt(shown, str(e))
+        return None
     raw = _read(storage, path, start, start + m.compressed_size, res)
-    return zlib.decompress(raw, -15) if m.method == 8 else raw
+    try:
+        return _inflate(raw) if m.method == 8 else raw
+    except zlib.error as e:
+        res.corrupt(shown, f"member {m.name}: cannot inflate: {e}")
+        return None
 
 
 def _deep_members(
@@ -187,7 +205,7 @@ def _deep_members(
                 raw = f.read(m.compressed_size)
                 res.bytes_read += len(raw)
                 try:
-                    data = zlib.decompress(raw, -15) if m.method == 8 else raw
+                    data = _inflate(raw) if m.method == 8 else raw
                 except zlib.error as e:
                     findings.problems.append(f"member {m.name}: cannot inflate: {e}")
                     continue
