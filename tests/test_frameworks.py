@@ -317,3 +317,21 @@ def test_deepspeed_save_checkpoint(tmp_path: Path) -> None:
     assert codes(r) == {"part-missing"}
     assert "zero_pp_rank_0_mp_rank_00_optim_states.pt (dp_world_size 1 x mp_world_size 1" in r.problems[0]
     assert find_latest_complete(str(root)).checkpoint.name == "global_step2"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_hf_trainer_under_deepspeed_nests_the_tag_directory(written: dict[str, Path], tmp_path: Path) -> None:
+    """Trainer under DeepSpeed: _save_optimizer_and_scheduler calls engine.save_checkpoint(output_dir),
+    so checkpoint-N holds global_stepN/ and 'latest' instead of optimizer.pt (parts of two real saves)."""
+    ds = _written("deepspeed")
+    ck = _copy(written["hf"] / "run" / "checkpoint-4", tmp_path / "run" / "checkpoint-4")
+    for name in ("optimizer.pt", "scheduler.pt", "model.safetensors"):  # ZeRO without a gathered model
+        (ck / name).unlink()
+    shutil.copytree(ds / "global_step4", ck / "global_step4")
+    shutil.copy(ds / "latest", ck / "latest")
+    r = verify_target(str(ck), options=CheckOptions(deep=True)).checkpoints[0]
+    assert r.status == "complete", r.problems
+    assert {"module", "optimizer", "trainer_state"} <= set(r.contents or []) and r.model_only is False
+    (ck / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
+    r = verify_target(str(ck)).checkpoints[0]
+    assert codes(r) == {"part-missing"} and r.problems[0].startswith("global_step4/: DeepSpeed checkpoint without")

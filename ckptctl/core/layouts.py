@@ -23,10 +23,11 @@ from typing import Literal
 from ckptctl.core import verify as v
 from ckptctl.core.dcp import SHARD_SUFFIX
 
-Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "text", "none"]
+Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "deepspeed-dir", "text", "none"]
 """How a part is verified: a DCP directory against its .metadata; a torch.save zip by its
 central directory (CRCs and the pickle scan with --deep); JSON by parsing; safetensors by
-header vs size; an index by every tensor it lists being in the file it names; text as is."""
+header vs size; an index by every tensor it lists being in the file it names; a DeepSpeed tag
+directory nested in another framework's checkpoint by the DeepSpeed layout; text as is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,9 +165,13 @@ LAYOUTS: tuple[Layout, ...] = (
             Part(name="training_args.bin", holds="training_args", check="torch-zip"),
             Part(name="config.json", holds="config", check="json"),
             Part(name="generation_config.json", holds="config", check="json"),
+            # under DeepSpeed the Trainer calls engine.save_checkpoint(output_dir): a tag directory
+            # (model and optimizer states) and a 'latest' file inside checkpoint-N
+            Part(name="global_step{n}", holds="deepspeed", check="deepspeed-dir", is_dir=True),
+            Part(name="latest", holds="pointer", check="text"),
         ),
         needs=(
-            Need(what="model weights", parts=_ALL_MODEL_NAMES,
+            Need(what="model weights", parts=(*_ALL_MODEL_NAMES, "global_step{n}"),
                  why="_load_from_checkpoint raises \"Can't find a valid checkpoint\""),
             Need(what="scheduler.pt", parts=("scheduler.pt",), only_with="optimizer",
                  why="without it Trainer silently resumes with a fresh optimizer"),
@@ -205,11 +210,16 @@ LAYOUTS: tuple[Layout, ...] = (
             Part(name="scaler.pt", holds="scaler", check="torch-zip"),
             Part(name="random_states_{n}.pkl", holds="random_states", check="torch-zip", ranked=True),
             Part(name="custom_checkpoint_{n}.pkl", holds="custom_checkpoint", check="torch-zip"),
+            # under DeepSpeed: model.save_checkpoint(output_dir, ckpt_id="pytorch_model[_i]")
+            Part(name="pytorch_model", holds="deepspeed", check="deepspeed-dir", is_dir=True),
+            Part(name="pytorch_model_{n}", holds="deepspeed", check="deepspeed-dir", is_dir=True),
+            Part(name="latest", holds="pointer", check="text"),
         ),
         needs=(
             Need(what="model weights",
                  parts=("model.safetensors", "model_{n}.safetensors", "pytorch_model.bin",
-                        "pytorch_model_{n}.bin", *(p.name for p in _FSDP_MODEL)),
+                        "pytorch_model_{n}.bin", *(p.name for p in _FSDP_MODEL), "pytorch_model",
+                        "pytorch_model_{n}"),
                  why="load_state reads the model first"),
             Need(what="random_states_0.pkl", parts=("random_states_{n}.pkl",),
                  why="written last: the save did not finish"),
@@ -526,12 +536,16 @@ def check_found(found: Found, *, contents: Iterable[str] = ()) -> list[v.Problem
     return problems
 
 
+_NOT_STATE = frozenset({"state", "checkpoint", "config", "manifest", "deepspeed", "pointer"})
+"""Part roles that are containers or pointers, not a piece of training state."""
+
+
 def contents_of(found: Found | None, state_keys: Iterable[str]) -> list[str]:
     """The top-level state a checkpoint holds, as its writer names it, sorted."""
     names = set(state_keys)
     if found is not None:
         names -= found.layout.bookkeeping_keys
-        names |= {h for h in found.holds() if h not in ("state", "checkpoint", "config", "manifest")}
+        names |= {h for h in found.holds() if h not in _NOT_STATE}
         if found.layout.dcp_model_prefixes_flat:
             known = found.layout.known_state_keys
             flat = {n for n in names if n not in known and n not in found.holds() and not OPTIMIZER_NAME.match(n)}

@@ -84,6 +84,15 @@ def check_dir(
     deferred_indexes: list[str] = []
     for entry, part in sorted(found.entries()):
         shown = entry + ("/" if part.is_dir else "")
+        if part.check == "deepspeed-dir":
+            sub = _check_nested_deepspeed(storage, storage.join(path, entry), shown, options)
+            res.problems.extend(sub.problems)
+            res.notes.extend(sub.notes)
+            res.bytes_read += sub.bytes_read
+            res.members_checked += sub.members_checked
+            state_keys.extend(sub.contents)
+            res.world_size = res.world_size or sub.world_size
+            continue
         if part.check == "dcp":
             if part.is_dir and entry not in dcp_subdirs:
                 res.problems.append(
@@ -127,6 +136,24 @@ def check_dir(
 
 
 # -- DeepSpeed: file counts against the world size recorded in the model states -------------
+
+
+def _check_nested_deepspeed(storage: Storage, sub_path: str, shown: str, options: CheckOptions) -> FrameworkCheck:
+    """A DeepSpeed tag directory inside another framework's checkpoint (HF Trainer, accelerate)."""
+    try:
+        entries = storage.list_dir(sub_path)
+    except StorageUnreachableError:
+        raise
+    except StorageError as e:
+        out = FrameworkCheck(found=None)
+        out.problems.append(v.Problem(v.INCOMPLETE, f"cannot list {shown}: {e.message}", code=v.READ_FAILED))
+        return out
+    files = {e.name: e.size_bytes for e in entries if not e.is_dir}
+    found = L.match_parts(L.layout("deepspeed"), files, [e.name for e in entries if e.is_dir])
+    sub = check_dir(storage, sub_path, found, files, set(), [], options)
+    sub.problems = [v.Problem(p.severity, f"{shown}: {p.message}", code=p.code) for p in sub.problems]
+    return sub
+
 
 _DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 _DS_MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
