@@ -122,7 +122,7 @@ def list_cmd(
                 mtime,
                 escape(c.problems[0] + (f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""))
                 if c.problems
-                else "",
+                else ("model-only export (no optimizer state)" if c.model_only else ""),
             )
         out.out().print(table)
         for p in result.pointers:
