@@ -335,3 +335,24 @@ def test_hf_trainer_under_deepspeed_nests_the_tag_directory(written: dict[str, P
     (ck / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
     r = verify_target(str(ck)).checkpoints[0]
     assert codes(r) == {"part-missing"} and r.problems[0].startswith("global_step4/: DeepSpeed checkpoint without")
+
+
+def test_framework_checkpoints_on_an_fsspec_filesystem(written: dict[str, Path]) -> None:
+    """The same checks through fsspec (ranged reads, no local paths): HF dirs and Lightning files."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for kind, sub in (("hf", "run"), ("lightning", "run")):
+        for p in (written[kind] / sub).rglob("*"):
+            if p.is_file():
+                fs.pipe_file(f"/fw-{kind}/{p.relative_to(written[kind] / sub).as_posix()}", p.read_bytes())
+    fs.rm("/fw-hf/checkpoint-4/trainer_state.json")
+    loc = find_latest_complete("memory://fw-hf", deep=True)
+    assert loc.checkpoint is not None and loc.checkpoint.name == "checkpoint-2"
+    assert codes(loc.skipped[0]) == {"commit-missing"}
+    data = fs.cat_file("/fw-lightning/epoch=0-step=4.ckpt")
+    fs.pipe_file("/fw-lightning/epoch=0-step=4.ckpt", data[: len(data) // 2])
+    loc = find_latest_complete("memory://fw-lightning", deep=True)
+    assert loc.checkpoint is not None and loc.checkpoint.name == "epoch=0-step=2.ckpt"
+    doc = verify_target("memory://fw-lightning/epoch=0-step=2.ckpt").to_json()
+    assert doc["ok"] is True and doc["checkpoints"][0]["model_only"] is False
