@@ -12,7 +12,9 @@ are inspected here whole. Nothing here writes.
 
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -82,6 +84,7 @@ def check_dir(
     headers: dict[str, st.Header | None] = {}
     tops: dict[str, Any] = {}
     deferred_indexes: list[str] = []
+    jobs: list[tuple[str, L.Part, str]] = []
     for entry, part in sorted(found.entries()):
         shown = entry + ("/" if part.is_dir else "")
         if part.check == "deepspeed-dir":
@@ -99,24 +102,24 @@ def check_dir(
                     v.Problem(v.INCOMPLETE, f"{shown}: no .metadata: the save never committed", code=v.METADATA_MISSING)
                 )
             continue
-        fpath = storage.join(path, entry)
-        size = files.get(entry, 0)
-        if part.check == "torch-zip":
-            chk = archives.check_torch_zip(
-                storage, fpath, size, shown=shown, deep=options.deep, want_top=part.holds in _KEYS_OF,
-                allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
-            )
-            if chk.top is not None and part.holds in _KEYS_OF:
-                tops[entry] = chk.top
-        elif part.check == "json":
-            chk, _obj = archives.check_json(storage, fpath, size, shown=shown)
-        elif part.check == "safetensors":
-            chk, headers[entry] = archives.read_safetensors_header(storage, fpath, size, shown=shown)
-        elif part.check == "safetensors-index":
+        if part.check == "safetensors-index":
             deferred_indexes.append(entry)
-            continue
-        else:
-            continue
+        elif part.check in ("torch-zip", "json", "safetensors"):
+            jobs.append((entry, part, shown))
+    # a few small ranged reads per file: in parallel on object stores; CRCs on every core (as the
+    # DCP deep check does); one thread for the quick check of a local disk
+    workers = (os.cpu_count() or 2 if options.deep else 1) if storage.is_local else 8
+    workers = max(1, min(workers, len(jobs)))
+    if workers == 1:
+        checked = [_check_file(storage, path, files, j, lay, options) for j in jobs]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            checked = list(pool.map(lambda j: _check_file(storage, path, files, j, lay, options), jobs))
+    for (entry, part, _shown), (chk, top, header) in zip(jobs, checked, strict=True):
+        if top is not None and part.holds in _KEYS_OF:
+            tops[entry] = top
+        if part.check == "safetensors":
+            headers[entry] = header
         res.problems.extend(chk.problems)
         res.notes.extend(chk.notes)
         res.bytes_read += chk.bytes_read
@@ -133,6 +136,24 @@ def check_dir(
     res.problems.extend(L.check_found(found))
     res.contents = L.contents_of(found, state_keys)
     return res
+
+
+def _check_file(
+    storage: Storage, path: str, files: dict[str, int], job: tuple[str, L.Part, str], lay: L.Layout,
+    options: CheckOptions,
+) -> tuple[archives.FileCheck, Any, st.Header | None]:
+    entry, part, shown = job
+    fpath, size = storage.join(path, entry), files.get(entry, 0)
+    if part.check == "torch-zip":
+        chk = archives.check_torch_zip(
+            storage, fpath, size, shown=shown, deep=options.deep, want_top=part.holds in _KEYS_OF,
+            allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
+        )
+        return chk, chk.top, None
+    if part.check == "json":
+        return archives.check_json(storage, fpath, size, shown=shown)[0], None, None
+    chk, header = archives.read_safetensors_header(storage, fpath, size, shown=shown)
+    return chk, None, header
 
 
 # -- DeepSpeed: file counts against the world size recorded in the model states -------------
