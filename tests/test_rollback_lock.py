@@ -230,3 +230,45 @@ def test_memory_store_uses_the_weaker_write_read_back() -> None:
         with pytest.raises(LockHeldError), run_lock(storage, root, operation="rollback"):
             pytest.fail("a second holder got in")
     assert read_lock(storage, root) is None
+
+
+def test_local_lock_file_appears_whole_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name appears by link(2) of a finished file: a contender never reads it empty
+    (with O_EXCL then write, one of six racing processes once took the empty file for a
+    foreign lock)."""
+    seen: list[bytes] = []
+    real_link = os.link
+
+    def link(src: str, dst: str) -> None:
+        seen.append(Path(src).read_bytes())
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    storage, root = Storage.for_url(str(tmp_path / "root"))
+    with run_lock(storage, root, operation="rollback") as held:
+        assert held.method == "exclusive-create"
+        [content] = seen
+        parsed = LockInfo.parse(content)
+        assert parsed is not None and parsed.token == held.info.token
+        assert sorted(os.listdir(tmp_path / "root" / ".ckptctl")) == ["lock"]
+    assert os.listdir(tmp_path / "root" / ".ckptctl") == []
+
+
+def test_store_errors_are_told_apart_by_code_and_status_not_text() -> None:
+    from botocore.exceptions import ClientError
+
+    from ckptctl.adapters.runlock import store_error
+
+    def s3fs_style(code: str, status: int) -> OSError:
+        cause = ClientError({"Error": {"Code": code, "Message": "whatever the text"},
+                             "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+        wrapped = OSError(5, "an unrelated message")
+        wrapped.__cause__ = cause
+        return wrapped
+
+    assert store_error(s3fs_style("ConditionalRequestConflict", 409)) == ("ConditionalRequestConflict", 409)
+    assert store_error(s3fs_style("NotImplemented", 501)) == ("NotImplemented", 501)
+    # text that merely mentions a code is not a code
+    assert store_error(OSError("NotImplemented (409) ConditionalRequestConflict")) == (None, None)

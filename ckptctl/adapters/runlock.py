@@ -15,8 +15,10 @@ API (all a caller needs; ``ckptctl rollback`` and ``ckptctl recover`` use it)::
 
 How the create is made exclusive (``HeldLock.method``):
 
-- local disk (``exclusive-create``): ``open(O_CREAT | O_EXCL)``, atomic on a
-  local filesystem and on NFSv3+.
+- local disk (``exclusive-create``): the lock is written to a private temporary
+  file and ``link(2)``-ed to its name: atomic on a local filesystem and on NFS, and
+  the file is never seen empty (``open(O_CREAT | O_EXCL)`` where hard links are
+  not supported).
 - S3 (``conditional-put``): ``PUT`` with ``If-None-Match: *`` (s3fs
   ``pipe_file(mode="create")``); the store answers 412 to all but one of
   concurrent creators. AWS S3, MinIO and moto honour it. A store that rejects
@@ -43,6 +45,7 @@ processes overlap deterministically on a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -307,19 +310,7 @@ def _remove(storage: Storage, path: str) -> None:
 def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[str]) -> str | None:
     """Create ``path`` holding ``data`` only if it does not exist; the method used, or None."""
     if storage.is_local:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return None
-        except OSError as e:
-            raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return EXCLUSIVE_CREATE
+        return _create_local(path, data, token)
     method = WRITE_READ_BACK
     if storage.protocol in _CONDITIONAL_PUT_PROTOCOLS:
         try:
@@ -330,11 +321,11 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
         except (StorageUnreachableError, StorageError):
             raise
         except Exception as e:
-            text = f"{type(e).__name__} {e}"
-            if "ConditionalRequestConflict" in text or "(409)" in text:
+            code, status = store_error(e)
+            if code == "ConditionalRequestConflict" or status == 409:
                 # AWS: another conditional write to this key is in flight; one of them wins
                 return None
-            if "NotImplemented" not in text:
+            if code != "NotImplemented" and status != 501:
                 raise StorageError(f"{storage.url(path)}: cannot create the lock file: {e}") from e
             notes.append(
                 "the object store rejects conditional writes (If-None-Match): "
@@ -351,6 +342,78 @@ def _create(storage: Storage, path: str, data: bytes, token: str, notes: list[st
     if holder is None or holder.token != token:
         return None
     return method
+
+
+def store_error(exc: BaseException) -> tuple[str | None, int | None]:
+    """The object store's error code and HTTP status behind an exception, if it carries them.
+
+    s3fs raises Python exceptions (``OSError``...) whose ``__cause__`` is botocore's
+    ``ClientError``; its ``response`` holds ``Error.Code`` and the HTTP status. Decisions
+    use these, never the message text.
+    """
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            code = error.get("Code") if isinstance(error, dict) else None
+            status = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
+            return (
+                str(code) if code is not None else None,
+                status if isinstance(status, int) else None,
+            )
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None, None
+
+
+def _create_local(path: str, data: bytes, token: str) -> str | None:
+    """Exclusive create whose content is whole the moment the name appears.
+
+    The lock is written to a private temporary file, then ``link(2)``-ed to its name:
+    atomic, refused when the name exists (also on NFS), and a reader never sees the
+    empty file that ``O_CREAT | O_EXCL`` followed by a write shows for a moment (a
+    contender reading then would take it for a foreign file and refuse wrongly).
+    Filesystems without hard links fall back to ``O_EXCL``.
+    """
+    tmp = f"{path}.{token}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
+    try:
+        os.link(tmp, path)
+        return EXCLUSIVE_CREATE
+    except FileExistsError:
+        return None
+    except OSError:
+        return _create_excl(path, data)  # no hard links here
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _create_excl(path: str, data: bytes) -> str | None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return None
+    except OSError as e:
+        raise StorageError(f"{path}: cannot create the lock file: {e.strerror or e}") from e
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return EXCLUSIVE_CREATE
 
 
 def _break_stale(storage: Storage, path: str, stale_raw: bytes, my_pid: int) -> bool:

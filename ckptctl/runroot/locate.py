@@ -172,10 +172,9 @@ def verify_target(
             hint="point at a DCP checkpoint directory or a run root holding step_N/ directories",
         )
     reports = [
-        inspect_checkpoint(storage, e.path, options=options, progress=progress)
-        if e.is_dir
-        else frameworks.inspect_file(storage, e, options)
+        r
         for _cn, e in scan.candidates
+        if (r := _inspect_unless_vanished(storage, e, options, progress)) is not None
     ]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 
