@@ -235,3 +235,10 @@ def test_deepspeed_counts_zero_files_against_recorded_world_size(tmp_path: Path)
     (root / "global_step10" / "mp_rank_01_model_states.pt").unlink()
     r10 = next(c for c in list_checkpoints(str(root)).checkpoints if c.name == "global_step10")
     assert codes(r10) == {"part-missing"} and "mp_rank_01_model_states.pt" in r10.problems[0]
+
+
+def test_walker_survives_a_deeply_nested_key() -> None:
+    # a tuple nested 200,000 deep used as a dict key: hashing it would overflow the C stack
+    data = b"\x80\x02}" + b")" + b"\x85" * 200_000 + b"K\x01s."
+    top = walk(data)
+    assert top == {}

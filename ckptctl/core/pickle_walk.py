@@ -48,13 +48,16 @@ def _pop_mark(stack: list[Any]) -> list[Any]:
     raise PickleWalkError("MARK expected on the stack")
 
 
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
 def _setitems(target: Any, items: list[Any]) -> None:
     if isinstance(target, dict):
         for k, v in zip(items[::2], items[1::2], strict=False):
-            try:
+            # scalar keys only: hashing a crafted tuple nested 100,000 deep would overflow the
+            # C stack; state dicts are keyed by strings and ints
+            if isinstance(k, _SCALARS):
                 target[k] = v
-            except TypeError:  # an unhashable key (a list): keep it out, the rest stays
-                continue
 
 
 def walk(data: bytes) -> Any:
@@ -196,11 +199,7 @@ def _plain_call(what: str, args: Any) -> Any:
 
 
 def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
+    return isinstance(x, _SCALARS)  # never hash a container (see _setitems)
 
 
 def top_level_keys(value: Any) -> list[str]:
