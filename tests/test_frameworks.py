@@ -208,6 +208,15 @@ def test_accelerate_missing_optimizer_is_model_only_and_torn_optimizer_corrupt(
     assert _only(root, "checkpoint_0").status == "corrupt"
 
 
+def test_accelerate_half_written_scheduler_bin_is_corrupt_even_quick(written: dict[str, Path], tmp_path: Path) -> None:
+    root = _copy(written["accelerate"] / "checkpoints", tmp_path / "checkpoints")
+    truncate(root / "checkpoint_1" / "scheduler.bin", 0.5)
+    for deep in (False, True):
+        r = _only(root, "checkpoint_1", deep=deep)
+        assert r.status == "corrupt" and codes(r) == {"file-corrupt"} and r.problems[0].startswith("scheduler.bin: ")
+    assert find_latest_complete(str(root), deep=True).checkpoint.name == "checkpoint_0"  # type: ignore[union-attr]
+
+
 # -- Lightning ----------------------------------------------------------------------------------------
 
 
