@@ -301,7 +301,9 @@ def test_nested_hf_fsdp_layout_is_the_union(golden: dict[int, Path], tmp_path: P
     shutil.copytree(golden[2] / "run" / "step_10", ck / "pytorch_model_fsdp_0")
     shutil.copytree(golden[2] / "run" / "step_20", ck / "optimizer_0")
     (ck / "trainer_state.json").write_text('{"global_step": 500}')
-    (ck / "scheduler.pt").write_bytes(b"x")
+    import torch
+
+    torch.save({"last_epoch": 500}, ck / "scheduler.pt")
     r = verify_target(str(ck)).checkpoints[0]
     assert r.kind == "dcp-nested" and r.status == "complete", r.problems
     assert r.step == 500 and r.framework == "hf"
@@ -311,7 +313,7 @@ def test_nested_hf_fsdp_layout_is_the_union(golden: dict[int, Path], tmp_path: P
     assert any("optimizer_0/__1_0.distcp" in p for p in r.problems)
 
 
-def test_non_dcp_checkpoints_are_unsupported_not_judged(tmp_path: Path) -> None:
+def test_deepspeed_states_without_recorded_world_size_are_unsupported(tmp_path: Path) -> None:
     import torch
 
     root = tmp_path / "ds"
@@ -332,6 +334,10 @@ def test_megatron_and_torchtitan_names(golden: dict[int, Path], tmp_path: Path) 
     shutil.copytree(golden[1] / "run" / "step_10", root / "iter_0000010")
     shutil.copytree(golden[1] / "run" / "step_20", root / "iter_0000020")
     (root / "latest_checkpointed_iteration.txt").write_text("10\n")
+    # Megatron's save writes metadata.json (rank 0) after the DCP commit; its load needs it
+    assert codes(find_latest_complete(str(root)).skipped[0]) == {"commit-missing"}
+    for it in ("iter_0000010", "iter_0000020"):
+        (root / it / "metadata.json").write_text('{"sharded_backend": "torch_dist", "sharded_backend_version": 1}')
     loc = find_latest_complete(str(root))
     assert loc.checkpoint is not None and loc.checkpoint.step == 20
     assert loc.to_json()["pointers"] == [{"file": "latest_checkpointed_iteration.txt", "names": "10", "agrees": False}]
@@ -558,15 +564,18 @@ def test_zstd_extension_records_are_decoded_and_checked_inside(tmp_path: Path) -
     r = verify_checkpoint(str(flipped), deep=True)
     assert r.status == "corrupt", r.notes
 
-    # an extension ckptctl does not know: complete by size, and the note says what was not checked
+    # an extension ckptctl does not know: complete by size (quick), but --deep never passes
+    # bytes it did not check: the problem says what was not checked
     other = tmp_path / "other"
     shutil.copytree(good, other)
     md = (other / ".metadata").read_bytes()
     assert b"stream.zstd" in md
     (other / ".metadata").write_bytes(md.replace(b"stream.zstd", b"stream.zlib"))
+    assert verify_checkpoint(str(other)).status == "complete"
     r = verify_checkpoint(str(other), deep=True)
-    assert r.status == "complete"
-    assert any("NOT checked inside: unknown writer extension 'stream.zlib/1'" in n for n in r.notes)
+    assert r.status == "unsupported"
+    assert codes(r) == {"not-checked"}
+    assert any("could not be checked inside: unknown writer extension 'stream.zlib/1'" in p for p in r.problems)
 
 
 def test_records_saved_without_crcs_are_noted(tmp_path: Path) -> None:

@@ -9,7 +9,15 @@ from rich.markup import escape
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
-from ckptctl.cli.options import CheckFiniteOpt, DeepOpt, JsonOpt, RootArg, WorldSizeOpt
+from ckptctl.cli.options import (
+    CheckFiniteOpt,
+    DeepOpt,
+    IncludeModelOnlyOpt,
+    JsonOpt,
+    RequireOpt,
+    RootArg,
+    WorldSizeOpt,
+)
 
 if TYPE_CHECKING:
     from ckptctl.ops import checkpoints as ops_t
@@ -49,6 +57,8 @@ def _render_report(r: ops_t.CheckpointReport) -> None:
         f"{r.num_files} files, {_size(r.size_bytes)}"
         + (", manifest" + (" committed" if r.committed else " (uncommitted)") if r.has_manifest else "")
     )
+    if r.contents:
+        console.print(f"  holds {escape(', '.join(r.contents))}" + (" (model-only export)" if r.model_only else ""))
     if r.deep:
         console.print(
             f"  deep: {_size(r.bytes_read)} read, {r.records_checked} records, "
@@ -60,7 +70,14 @@ def _render_report(r: ops_t.CheckpointReport) -> None:
         console.print(f"  [dim]note: {escape(n)}[/dim]")
 
 
-def _options(deep: bool, world_size: int | None, check_finite: bool, allow: list[str] | None) -> ops_t.CheckOptions:
+def _options(
+    deep: bool,
+    world_size: int | None,
+    check_finite: bool,
+    allow: list[str] | None,
+    require: str | None = None,
+    include_model_only: bool = False,
+) -> ops_t.CheckOptions:
     from ckptctl.ops import checkpoints as ops
 
     return ops.CheckOptions(
@@ -68,6 +85,8 @@ def _options(deep: bool, world_size: int | None, check_finite: bool, allow: list
         world_size=world_size,
         check_finite=check_finite,
         allowed_globals=frozenset(allow or ()),
+        require=frozenset(p.strip() for p in (require or "").split(",") if p.strip()),
+        include_model_only=include_model_only,
     )
 
 
@@ -103,7 +122,7 @@ def list_cmd(
                 mtime,
                 escape(c.problems[0] + (f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""))
                 if c.problems
-                else "",
+                else ("model-only export (no optimizer state)" if c.model_only else ""),
             )
         out.out().print(table)
         for p in result.pointers:
@@ -121,13 +140,18 @@ def locate_cmd(
         typer.Option("--before", min=0, help="Newest complete checkpoint OLDER than this step (the rollback target)."),
     ] = None,
     world_size: WorldSizeOpt = None,
+    require: RequireOpt = None,
+    include_model_only: IncludeModelOnlyOpt = False,
 ) -> None:
     """Print the path of the newest COMPLETE checkpoint under ROOT (nothing else on stdout)."""
     from ckptctl.ops import checkpoints as ops
 
     with out.byte_progress("verifying") as bp:
         result = ops.find_latest_complete(
-            root, options=_options(deep, world_size, False, None), before_step=before, progress=bp.advance
+            root,
+            options=_options(deep, world_size, False, None, require, include_model_only),
+            before_step=before,
+            progress=bp.advance,
         )
     for s in result.skipped:
         out.warn(f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
@@ -151,19 +175,20 @@ def locate_cmd(
 
 
 def verify_cmd(
-    target: Annotated[str, typer.Argument(help="A checkpoint directory or a run root (path or fsspec URL).")],
+    target: Annotated[str, typer.Argument(help="A checkpoint directory or file, or a run root (path or fsspec URL).")],
     json_: JsonOpt = False,
     deep: DeepOpt = False,
     world_size: WorldSizeOpt = None,
     check_finite: CheckFiniteOpt = False,
     allow_global: AllowGlobalOpt = None,
+    require: RequireOpt = None,
 ) -> None:
     """Prove a checkpoint complete (or every checkpoint under a run root); report every problem."""
     from ckptctl.ops import checkpoints as ops
 
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
         result = ops.verify_target(
-            target, options=_options(deep, world_size, check_finite, allow_global), progress=bp.advance
+            target, options=_options(deep, world_size, check_finite, allow_global, require), progress=bp.advance
         )
     if json_:
         out.emit_json(result.to_json())

@@ -50,3 +50,18 @@ SignaturesOpt = Annotated[
         "over the built-in ones, same id replaces. Repeatable.",
     ),
 ]
+RequireOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--require",
+        help="Comma-separated parts the checkpoint must hold (model, optimizer, lr_scheduler, rng, "
+        "dataloader, train_state, or a writer's own name); a missing one is a problem.",
+    ),
+]
+IncludeModelOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--include-model-only",
+        help="Accept a model-only export (no optimizer state) as the newest checkpoint; skipped by default.",
+    ),
+]

@@ -58,6 +58,13 @@ ProblemCode = Literal[
     "checksum-mismatch",
     "record-corrupt",
     "non-finite",
+    # framework layouts (core/layouts.py)
+    "part-missing",
+    "commit-missing",
+    "file-corrupt",
+    "tensors-lost",
+    "required-missing",
+    "not-checked",
 ]
 TEMP_DIR: ProblemCode = "temp-dir"
 """The directory name carries a temp marker: being written, or abandoned mid-save."""
@@ -110,6 +117,20 @@ RECORD_CORRUPT: ProblemCode = "record-corrupt"
 undecodable tensor, a writer extension that does not decode."""
 NON_FINITE: ProblemCode = "non-finite"
 """(--check-finite) A tensor holds NaN or Inf."""
+
+PART_MISSING: ProblemCode = "part-missing"
+"""A file or folder the framework's resume reads is missing (core/layouts.py), or a rank's."""
+COMMIT_MISSING: ProblemCode = "commit-missing"
+"""The part the framework writes last (trainer_state.json, meta.pt...) is missing: the save did not finish."""
+FILE_CORRUPT: ProblemCode = "file-corrupt"
+"""A framework file is damaged: a torch.save zip cut or malformed, JSON that does not parse,
+a safetensors header that does not fit its file."""
+TENSORS_LOST: ProblemCode = "tensors-lost"
+"""A safetensors index lists tensors that are not in the file it names."""
+REQUIRED_MISSING: ProblemCode = "required-missing"
+"""(--require) The checkpoint does not hold a required part (optimizer, lr_scheduler...)."""
+NOT_CHECKED: ProblemCode = "not-checked"
+"""(--deep) Bytes the deep check could not look into (a decoder is not installed)."""
 
 PROBLEM_CODES: frozenset[str] = frozenset(get_args(ProblemCode))
 

@@ -25,6 +25,7 @@ from ckptctl.core.manifest import (
 )
 from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
 from ckptctl.errors import StorageError, StorageUnreachableError
+from ckptctl.runroot import frameworks
 from ckptctl.runroot.deep import deep_check
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
@@ -78,9 +79,11 @@ def scan_root(storage: Storage, root: str, entries: list[Entry] | None = None) -
     pointers: list[PointerHint] = []
     for e in entries:
         if e.is_dir:
-            cn = parse_checkpoint_name(e.name)
+            cn = parse_checkpoint_name(e.name) or frameworks.dir_candidate(e)
             if cn is not None:
                 cands.append((cn, e))
+        elif (fcn := frameworks.file_candidate(e)) is not None:
+            cands.append((fcn, e))  # a single-file checkpoint (Lightning .ckpt, .pt/.pth/.pth.tar)
         elif e.name in POINTER_FILES and e.size_bytes < 4096:
             try:
                 text = storage.read_bytes(e.path).decode("utf-8", "replace").strip()
@@ -176,7 +179,7 @@ def inspect_checkpoint(
 
     # -- the DCP directories inside ------------------------------------------------------
     units: list[DcpUnit] = []
-    uncommitted_subdirs = False
+    uncommitted_subdirs: set[str] = set()
     all_files: dict[str, int] = dict(files)
     if METADATA_NAME in files or any(RANK_METADATA_NAME.match(n) for n in files):
         units.append(DcpUnit("", files))
@@ -190,7 +193,7 @@ def inspect_checkpoint(
             if METADATA_NAME in sub_files or any(RANK_METADATA_NAME.match(n) for n in sub_files):
                 units.append(DcpUnit(sd.name, sub_files))
             elif any(n.endswith(SHARD_SUFFIX) for n in sub_files):
-                uncommitted_subdirs = True
+                uncommitted_subdirs.add(sd.name)
                 problems.append(
                     v.Problem(v.INCOMPLETE, f"{sd.name}/: no .metadata: the save never committed", code=v.METADATA_MISSING)
                 )
@@ -234,8 +237,15 @@ def inspect_checkpoint(
                 )
             )
 
+    found = frameworks.detect(base, cn, files, [s.name for s in subdirs])
+    if found is not None and found.layout.key in ("ckptctl", "dcp"):
+        found = None  # plain DCP: the rules above and below are the whole contract
+    if found is not None:
+        report.framework = found.layout.key
     if not units and uncommitted_subdirs:
         report.kind = "dcp-nested"  # nested DCP dirs, none committed: already reported above
+    elif not units and found is not None:
+        report.kind = found.layout.key
     elif not units:
         report.kind, problem = _kind_without_dcp(files, [s.name for s in subdirs])
         problems.append(problem)
@@ -271,6 +281,13 @@ def inspect_checkpoint(
                 f"rank-local metadata ({w} x __r.metadata): loadable only at world size {w}; "
                 "DCP silently returns uninitialised memory at any other world size"
             )
+        deep_idx = None
+        if idx is not None:
+            resolved = frameworks.resolve_safetensors_records(storage, upath, idx, unit.files, where, problems)
+            if resolved is not None:
+                idx, deep_idx = resolved
+                notes.append(f"{where or './'}: DCP tensor records in safetensors format (headers and sizes "
+                             "checked; safetensors carries no checksums)")
         unit.index = idx
         if idx is None:
             continue
@@ -278,6 +295,8 @@ def inspect_checkpoint(
         problems.extend(chk.problems)
         notes.extend(chk.notes)
         referenced_ranks |= chk.ranks_referenced
+        if deep_idx is not None:
+            unit.index = deep_idx  # the deep check reads the torch.save records only
 
     # -- world size ----------------------------------------------------------------------------
     ws = v.infer_world_size(
@@ -305,10 +324,25 @@ def inspect_checkpoint(
     elif report.deep and units:
         notes.append("deep check skipped: shards are missing")
 
-    report.problem_details = problems
-    report.problems = [p.message for p in problems]
+    # -- the framework's own parts: required set, side files, contents ---------------------------
+    indexes = [u.index for u in units if u.index is not None]
+    contents: list[str] | None = None
+    if found is not None:
+        fw = frameworks.check_dir(
+            storage, path, found, files, {u.subdir for u in units if u.subdir} | uncommitted_subdirs, indexes, options
+        )
+        problems.extend(fw.problems)
+        notes.extend(fw.notes)
+        report.bytes_read += fw.bytes_read
+        report.members_crc_checked += fw.members_checked
+        if fw.world_size is not None and report.world_size is None:
+            report.world_size, report.world_size_source = fw.world_size, "model states"
+        contents = fw.contents
+    elif indexes:
+        contents = frameworks.L.contents_of(None, frameworks.L.state_key_roots(
+            k for idx in indexes for k in (*idx.tensors, *idx.byte_fqns)))
     report.notes = [*notes, *report.notes]  # the deep check adds its own notes to the report
-    report.status = v.status_of(problems)
+    frameworks.finish(report, contents, problems, options)
     return report
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from ckptctl.adapters.storage import Entry, Storage
 from ckptctl.core.names import parse_checkpoint_name
 from ckptctl.errors import NotFoundError, ProblemFound
+from ckptctl.runroot import frameworks
 from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, looks_like_checkpoint, scan_root
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
@@ -32,7 +33,7 @@ def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
 
 
 def _inspect_unless_vanished(
-    storage: Storage, path: str, options: CheckOptions, progress: ProgressFn
+    storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn
 ) -> CheckpointReport | None:
     """Inspect a directory the scan listed; None when it is gone by now.
 
@@ -41,7 +42,9 @@ def _inspect_unless_vanished(
     run root; the caller treats it as absent and says so.
     """
     try:
-        return inspect_checkpoint(storage, path, options=options, progress=progress)
+        if not e.is_dir:  # a single-file checkpoint (Lightning .ckpt, .pt/.pth/.pth.tar)
+            return frameworks.inspect_file(storage, e, options)
+        return inspect_checkpoint(storage, e.path, options=options, progress=progress)
     except NotFoundError:
         return None
 
@@ -55,7 +58,7 @@ def list_checkpoints(
     reports = [
         r
         for _cn, e in scan.candidates
-        if (r := _inspect_unless_vanished(root.storage, e.path, options, progress)) is not None
+        if (r := _inspect_unless_vanished(root.storage, e, options, progress)) is not None
     ]
     return ListResult(root=root.url, checkpoints=reports, pointers=scan.pointers)
 
@@ -101,10 +104,12 @@ def locate_in(
             continue
         if before_step is not None and cn.step >= before_step:
             continue
-        report = _inspect_unless_vanished(storage, e.path, options, progress)
+        report = _inspect_unless_vanished(storage, e, options, progress)
         if report is None:
             vanished.append(cn.name)
             continue
+        if not options.include_model_only:
+            frameworks.skip_model_only(report)  # a weights export is no resume point: say so
         if report.is_complete:
             found = report
             break
@@ -142,7 +147,12 @@ def verify_checkpoint(
 def verify_target(
     url: str, *, options: CheckOptions = DEFAULT_OPTIONS, progress: ProgressFn = noop
 ) -> VerifyResult:
-    """Verify a checkpoint directory, or every checkpoint under a run root."""
+    """Verify a checkpoint directory or file, or every checkpoint under a run root."""
+    storage, path = Storage.for_url(url)
+    info = storage.info(path)
+    if info is not None and not info.is_dir and frameworks.is_checkpoint_file_name(info.name):
+        report = frameworks.inspect_file(storage, info, options)
+        return VerifyResult(target=storage.url(path), checkpoints=[report], is_run_root=False)
     storage, path, entries = _open_root(url)
     base = Storage.basename(path)
     if looks_like_checkpoint(entries) or (
@@ -164,7 +174,7 @@ def verify_target(
     reports = [
         r
         for _cn, e in scan.candidates
-        if (r := _inspect_unless_vanished(storage, e.path, options, progress)) is not None
+        if (r := _inspect_unless_vanished(storage, e, options, progress)) is not None
     ]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 

@@ -47,6 +47,10 @@ class CheckpointReport:
     records_checked: int = 0
     members_crc_checked: int = 0
     tokens_seen: int | None = None
+    contents: list[str] | None = None
+    """Top-level state found (model, optimizer, lr_scheduler, ... as the writer names it); None: unknown."""
+    model_only: bool | None = None
+    """No optimizer state: a weights export, not a point to resume training from."""
 
     @property
     def is_complete(self) -> bool:
@@ -77,6 +81,8 @@ class CheckpointReport:
             "records_checked": self.records_checked,
             "crc_members_checked": self.members_crc_checked,
             "tokens_seen": self.tokens_seen,
+            "contents": self.contents,
+            "model_only": self.model_only,
         }
 
 
@@ -105,6 +111,10 @@ class CheckOptions:
     world_size: int | None = None
     check_finite: bool = False
     allowed_globals: frozenset[str] = frozenset()
+    require: frozenset[str] = frozenset()
+    """Parts the checkpoint must hold (``--require optimizer,lr_scheduler``); missing ones are problems."""
+    include_model_only: bool = False
+    """``locate``: accept a model-only export as the resume point (skipped by default)."""
 
 
 #: The quick check (no deep read, no world-size assertion).
