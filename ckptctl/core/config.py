@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -41,9 +42,12 @@ NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 MIN_NODES_POLICIES = ("wait", "shrink")
 #: Schedulers ``recover`` knows how to drain a host in.
 DRAIN_KINDS = ("slurm", "kubernetes", "none")
+#: How ``recover`` (and ``launch``) start the job: a supervised local torchrun, or a Slurm batch job.
+BACKENDS = ("local", "slurm")
 
 MinNodesPolicy = Literal["wait", "shrink"]
 DrainKind = Literal["slurm", "kubernetes", "none"]
+Backend = Literal["local", "slurm"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
@@ -129,7 +133,9 @@ def check_int(value: object, where: str, *, minimum: int) -> None:
 def check_seconds(value: object, where: str, *, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(where, f"{value!r} is not a number of seconds")
-    if value < 0 or (value == 0 and not allow_zero) or value != value:
+    if not math.isfinite(value):
+        raise _fail(where, f"{value!r} is not a finite number of seconds")
+    if value < 0 or (value == 0 and not allow_zero):
         raise _fail(where, f"{value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
@@ -187,6 +193,48 @@ def local_path(url: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmConfig:
+    """``launch.slurm:`` -- the batch job of the ``slurm`` backend (docs/launch.md, "Slurm")."""
+
+    partition: str | None = None
+    """``#SBATCH --partition``; the cluster's default partition when unset."""
+    time_limit: str | None = None
+    """``#SBATCH --time`` (Slurm's formats: ``4:00:00``, ``2-00:00:00``); the partition's limit when unset."""
+    job_name: str = "ckptctl"
+    """``#SBATCH --job-name``."""
+    cpus_per_task: int | None = None
+    """CPUs for each node's torchrun task; default: ``nproc_per_node`` when it is a number."""
+    signal_grace_s: int = 120
+    """``#SBATCH --signal=USR1@<s>``: Slurm sends SIGUSR1 this long before the time limit, and
+    ``ckptctl.training`` writes an emergency checkpoint on it."""
+    requeue: bool = True
+    """``#SBATCH --requeue``: Slurm may requeue the job after a node failure or preemption."""
+    sbatch_args: tuple[str, ...] = ()
+    """Further ``#SBATCH`` options, one per item (e.g. ``[--account=ml, --qos=high]``)."""
+    poll_s: float = 1.0
+    """Seconds between looks at the job's state and output file while recover watches it."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sbatch_args, list):
+            object.__setattr__(self, "sbatch_args", tuple(self.sbatch_args))
+        for name in ("partition", "time_limit"):
+            value = getattr(self, name)
+            if value is not None:
+                check_word(value, f"launch.slurm.{name}")
+        check_word(self.job_name, "launch.slurm.job_name")
+        if self.cpus_per_task is not None:
+            check_int(self.cpus_per_task, "launch.slurm.cpus_per_task", minimum=1)
+        check_int(self.signal_grace_s, "launch.slurm.signal_grace_s", minimum=1)
+        if not isinstance(self.requeue, bool):
+            raise _fail("launch.slurm.requeue", f"{self.requeue!r} is not true or false")
+        check_str_tuple(self.sbatch_args, "launch.slurm.sbatch_args")
+        for i, a in enumerate(self.sbatch_args):
+            if not a.startswith("-") or "\n" in a:
+                raise _fail(f"launch.slurm.sbatch_args[{i}]", f"{a!r} is not one sbatch option")
+        check_seconds(self.poll_s, "launch.slurm.poll_s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchConfig:
     """``launch:`` -- how ``ckptctl launch`` builds and supervises the torchrun command."""
 
@@ -228,6 +276,11 @@ class LaunchConfig:
     """Hosts never to run on (added to the hosts recover drains)."""
     stop_grace_s: float = 60.0
     """Seconds between the SIGTERM ckptctl forwards and SIGKILL of the whole job (torchrun and workers)."""
+    backend: Backend = "local"
+    """How ``recover`` starts the job: ``local`` (supervised torchrun in its own session) or ``slurm``
+    (a batch script submitted with ``sbatch``)."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """The batch job of the ``slurm`` backend."""
 
     def __post_init__(self) -> None:
         # Lists given in code (``replace(launch, exclude_hosts=[...])``) become tuples,
@@ -265,6 +318,10 @@ class LaunchConfig:
             check_hosts(self.hosts, "launch.hosts")
         check_hosts(self.exclude_hosts, "launch.exclude_hosts")
         check_seconds(self.stop_grace_s, "launch.stop_grace_s")
+        if self.backend not in BACKENDS:
+            raise _fail("launch.backend", f"{self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if not isinstance(self.slurm, SlurmConfig):
+            raise _fail("launch.slurm", "must be a mapping")
         if max_nodes > 1 and self.rdzv_backend != "static" and self.rdzv_endpoint is None:
             raise _fail(
                 "launch.rdzv_endpoint",
@@ -374,7 +431,7 @@ class CkptctlConfig:
     """The file this config was read from (not a YAML key; for messages)."""
 
     def __post_init__(self) -> None:
-        if self.run_root is not None and (not isinstance(self.run_root, str) or not self.run_root):
+        if self.run_root is not None and (not isinstance(self.run_root, str) or not self.run_root.strip()):
             raise _fail("run_root", f"{self.run_root!r} must be a non-empty path or URL")
         if not isinstance(self.launch, LaunchConfig):
             raise _fail("launch", "must be a mapping")
@@ -473,11 +530,63 @@ def _launch_from(data: Mapping[str, Any]) -> LaunchConfig:
             kw[key] = str(value)
         elif key in ("monitor_interval_s", "stop_grace_s"):
             kw[key] = _number(value, where)
+        elif key == "slurm":
+            kw[key] = _slurm_from(_mapping(value, where))
         elif key == "nproc_per_node" and isinstance(value, str) and value.strip().isdigit():
             kw[key] = int(value)
         else:
             kw[key] = value
     return LaunchConfig(**kw)
+
+
+def _slurm_from(data: Mapping[str, Any]) -> SlurmConfig:
+    _check_keys(data, SlurmConfig, "launch.slurm")
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"launch.slurm.{key}"
+        if key == "sbatch_args":
+            kw[key] = _str_list(value, where)
+        elif key == "poll_s":
+            kw[key] = _number(value, where)
+        elif key == "time_limit" and isinstance(value, int) and not isinstance(value, bool):
+            kw[key] = str(value)  # minutes, as sbatch reads a bare number
+        else:
+            kw[key] = value
+    return SlurmConfig(**kw)
+
+
+def check_watch_settings(data: Mapping[str, Any], where: str = "recover.watch") -> dict[str, Any]:
+    """``recover.watch``: every key a field of the loss watch's ``WatchConfig``, of its type
+    (taken from the field's default: bool, int, or a finite number), in its range."""
+    from ckptctl.core.watch import WatchConfig, WatchConfigError
+
+    fields = {f.name: f for f in dataclasses.fields(WatchConfig)}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{where}.{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            raise ConfigError(
+                f"unknown key {name!r}" + (f" (did you mean {where + '.' + close[0]!r}?)" if close else ""),
+                hint=f"known keys under {where}: {', '.join(fields)}",
+            )
+        default = fields[key].default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise _fail(name, f"{value!r} is not true or false")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _fail(name, f"{value!r} is not an integer")
+        elif isinstance(default, float) and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise _fail(name, f"{value!r} is not a finite number")
+        out[key] = value
+    try:
+        WatchConfig(**out)
+    except WatchConfigError as e:
+        raise _fail(where, str(e)) from e
+    return out
 
 
 def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
@@ -489,7 +598,7 @@ def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
             _check_keys(drain, DrainConfig, "recover.drain")
             kw[key] = DrainConfig(**drain)
         elif key == "watch":
-            kw[key] = dict(_mapping(value, "recover.watch"))
+            kw[key] = check_watch_settings(_mapping(value, "recover.watch"))
         elif key in ("capacity_timeout_s", "capacity_poll_s"):
             kw[key] = _number(value, f"recover.{key}")
         elif key == "hosts_command":
@@ -520,7 +629,7 @@ def config_from_dict(data: object, *, source: str | None = None) -> CkptctlConfi
         _check_keys(data, CkptctlConfig, "")
         run_root = data.get("run_root")
         return CkptctlConfig(
-            run_root=None if run_root is None else _scalar_str(run_root, "run_root"),
+            run_root=run_root,
             launch=_launch_from(_mapping(data.get("launch"), "launch")),
             recover=_recover_from(_mapping(data.get("recover"), "recover")),
             classify=_classify_from(_mapping(data.get("classify"), "classify")),
