@@ -489,9 +489,9 @@ def test_docs_describe_every_config_key() -> None:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "launch.md").read_text()
-    for cls, prefix in ((LaunchConfig, ""), (RecoverConfig, ""), (DrainConfig, "drain."), (CkptctlConfig, "")):
+    for cls, prefix in ((LaunchConfig, ""), (RecoverConfig, ""), (DrainConfig, "drain."), (CkptctlConfig, ""), (SlurmConfig, "slurm.")):
         for f in dataclasses.fields(cls):
-            if f.name not in ("source", "drain"):  # drain: its keys are rows of their own
+            if f.name not in ("source", "drain", "slurm"):  # drain: its keys are rows of their own
                 assert f"| `{prefix}{f.name}` |" in text, f"docs/launch.md lacks {prefix}{f.name}"
 
 
