@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,3 +151,53 @@ def test_a_real_drain_excludes_the_node_and_capacity_waits_with_it_drained(
         cluster.resume_node()
         cluster.wait_for_state("idle", timeout_s=30)
     assert os.path.isdir(root / "step_30")
+
+
+@pytest.mark.slow
+def test_slurms_usr1_warning_makes_the_trainer_write_an_emergency_checkpoint(
+    tmp_path: Path, cluster: SlurmCluster
+) -> None:
+    """The batch script recover submits: Slurm's SIGUSR1 (what --signal=USR1@grace sends to the
+    job's steps; here sent at once with scancel) reaches examples/train.py's workers through
+    torchrun (which ignores it), and they write an emergency checkpoint and exit 75."""
+    from ckptctl.adapters import slurm
+    from ckptctl.core.config import CkptctlConfig, LaunchConfig, SlurmConfig
+    from ckptctl.core.launch_plan import plan_launch, plan_slurm_batch
+    from tests.test_recover import TRAIN
+
+    root = tmp_path / "run"
+    cfg = CkptctlConfig(
+        run_root=str(root),
+        launch=LaunchConfig(
+            nproc_per_node=2, rdzv_endpoint=f"127.0.0.1:{free_port()}", script=TRAIN, backend="slurm",
+            script_args=("--ckpt-root", str(root), "--steps", "400", "--save-every", "1000", "--step-sleep-s", "0.2"),
+            env={"OMP_NUM_THREADS": "1"},
+            slurm=SlurmConfig(cpus_per_task=min(2, cluster.cpus), signal_grace_s=60),
+        ),
+    )
+    batch = plan_slurm_batch(cfg, plan_launch(cfg, resume_from=None), log_dir=str(tmp_path))
+    script = tmp_path / "job.sh"
+    script.write_text(batch.script)
+    env_before = dict(os.environ)
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        job = slurm.submit(batch.sbatch_argv, str(script))
+        out = Path(batch.output_path(job))
+        deadline = time.monotonic() + 120
+        while "ckptctl-train step=3 " not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
+            time.sleep(0.5)
+        cluster.run("scancel", "--signal=USR1", job)
+        while not slurm.job_state(job).finished:
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.5)
+        text = out.read_text()
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    m = re.search(r"ckptctl-train preempted signal=SIGUSR1 step=(\d+) checkpoint=(\S+) exit_code=75", text)
+    assert m, text[-3000:]
+    step = int(m.group(1))
+    assert Path(m.group(2)) == root / f"step_{step}"
+    located = subprocess.run([CKPTCTL, "locate", str(root)], capture_output=True, text=True, env=_env(), timeout=60)
+    assert located.returncode == 0 and located.stdout.strip() == str(root / f"step_{step}"), located.stderr

@@ -135,14 +135,17 @@ def run_job(
     if detach:
         return _run_detached(plan, decided=decided, on_output=on_output, on_line=on_line, on_submit=on_submit, extra_env=extra_env)
     log_path = create_log_file(plan.log_dir, datetime.now(timezone.utc))
-    started: list[int] = []
+    def started(sup: Supervisor) -> None:
+        if on_submit is not None and sup.pid is not None:
+            on_submit(str(sup.pid), None)
+
     sup = Supervisor(
         plan.argv,
         env={**plan.env, **(extra_env or {})},
         log_path=log_path,
         on_output=on_output,
         on_line=on_line,
-        on_start=lambda s: started.append(s.pid or 0),
+        on_start=started,
         stop_grace_s=plan.stop_grace_s,
         ignore_hangup=True,
     )

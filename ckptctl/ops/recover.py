@@ -522,5 +522,6 @@ def _record_rollback(rec: _Recovery, record: AttemptRecord, rb: RollbackResult, 
     if rb.refused or rb.plan is None:
         return False
     record.quarantined.append(rb.plan.source)
+    rec.report.locate_after = rb.locate
     rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
     return True

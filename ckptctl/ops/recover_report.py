@@ -101,6 +101,8 @@ class RecoveryReport:
     """The signal that interrupted ckptctl during a relaunch (it stopped the job and the recovery)."""
     plan: RecoveryPlan | None = None
     """The steps this recovery takes, with their inputs (``--dry-run`` shows the same value)."""
+    locate_after: str | None = None
+    """What ``locate`` returns after this recovery's quarantines (None: nothing was quarantined)."""
     incident: dict[str, Any] | None = None
     """The incident ledger entry (``core.incidents``): times, steps recomputed, verdicts, hosts."""
 
@@ -138,6 +140,7 @@ class RecoveryReport:
             "config_file": self.plan.config_file if self.plan else None,
             "job": self.attempts[-1].job if self.attempts else None,
             "incident": self.incident,
+            "locate_after": self.locate_after,
         }
 
 
