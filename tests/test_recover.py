@@ -600,7 +600,7 @@ def test_a_second_concurrent_recover_is_refused(tmp_path: Path, golden: dict[int
     release = tmp_path / "release"
     lock = s.root / ".ckptctl" / "lock"
     first = subprocess.Popen(
-        [CKPTCTL, "recover", "--config", str(s.config), "--baseline", "baseline.log", "--json"],
+        [CKPTCTL, "recover", "--config", str(s.config), "--no-logs", "--baseline", "baseline.log", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -650,7 +650,7 @@ def test_interrupting_recover_stops_the_job_and_does_not_relaunch(tmp_path: Path
     """Ctrl-C on the on-call's terminal ends the recovery: the job is stopped, nothing is relaunched."""
     s = golden_scene(tmp_path, golden, "--steps", "1000", "--step-sleep-s", "0.2")
     proc = subprocess.Popen(
-        [CKPTCTL, "recover", "--config", str(s.config), "--baseline", "baseline.log", "--json"],
+        [CKPTCTL, "recover", "--config", str(s.config), "--no-logs", "--baseline", "baseline.log", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
