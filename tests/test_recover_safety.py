@@ -179,3 +179,26 @@ def test_detach_returns_after_the_verdict_and_leaves_the_job_running(tmp_path: P
             end = time.monotonic() + 60
             while time.monotonic() < end and _running(pid):
                 time.sleep(0.2)
+
+
+def test_status_and_incidents_read_the_recoveries_and_write_nothing(tmp_path: Path, golden: dict[int, Path]) -> None:
+    from tests.test_recover import OOM
+
+    s = golden_scene(tmp_path, golden)
+    empty = subprocess.run([CKPTCTL, "status", str(s.root)], capture_output=True, text=True, env=_env(), timeout=60)
+    assert empty.returncode == 0 and "job: none recorded" in empty.stdout and "last recovery: none" in empty.stdout
+    (s.dir / "oom.log").write_text(OOM)
+    code, doc, err = recover_json("--config", str(s.config), "--logs", "oom.log", cwd=s.dir)
+    assert code == 3 and doc["incident"]["category"] == "job" and doc["incident"]["time_lost_s"] is None, err
+    before = snapshot(s.root)
+    st = json.loads(subprocess.run([CKPTCTL, "status", str(s.root), "--json"], capture_output=True, text=True,
+                                   env=_env(), timeout=60).stdout)
+    assert st["job"] is None and st["last_recovery"]["outcome"] == "stopped"
+    assert st["last_recovery"]["report"] == doc["report_path"]
+    inc = subprocess.run([CKPTCTL, "incidents", str(s.root), "--json"], capture_output=True, text=True, env=_env(), timeout=60)
+    ledger = json.loads(inc.stdout)
+    assert ledger["num_incidents"] == 1 and ledger["incidents"][0]["category"] == "job"
+    assert ledger["incidents"][0]["outcome"] == "stopped" and ledger["mtbf_s"] is None
+    human = subprocess.run([CKPTCTL, "incidents", str(s.root)], capture_output=True, text=True, env=_env(), timeout=60)
+    assert human.returncode == 0 and "INCIDENTS" in human.stdout and "job -> stopped" in human.stdout
+    assert snapshot(s.root) == before, "status and incidents are read-only"

@@ -5,7 +5,7 @@ dataclasses, and every dataclass validates itself on construction (so a config
 built in code, or changed with ``dataclasses.replace``, is checked the same
 way). Every message names the field (``launch.nnodes: ...``); an unknown key is
 an error that names the key and suggests the nearest known one. Stdlib only:
-the YAML text is read by ``ckptctl.ops.launch.load_config``.
+the YAML text is read by ``ckptctl.adapters.config_file.load_config``.
 
 File layout (every key optional; docs/launch.md is the reference)::
 
