@@ -834,7 +834,7 @@ def test_on_unknown_stop_without_logs_stops(tmp_path: Path, golden: dict[int, Pa
     [
         (["--on-unknown", "maybe"], 2, "--on-unknown must be 'resume' or 'stop'"),
         (["--max-attempts", "0"], 2, "--max-attempts"),
-        (["{missing}"], 1, "no such directory"),
+        (["{missing}"], 2, "two run roots"),  # the config names another root: refused before anything is opened
     ],
 )
 def test_bad_invocations_fail_with_a_message_and_touch_nothing(

@@ -16,7 +16,6 @@ capacity look, no launch, no rename, no report file.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from collections.abc import Callable, Sequence
@@ -24,28 +23,25 @@ from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl import __version__
-from ckptctl.adapters import audit
-from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock, read_lock, run_lock
+from ckptctl.adapters.runlock import HeldLock, read_lock, run_lock
 from ckptctl.adapters.storage import Storage
 from ckptctl.core import incidents
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan, signal_name
+from ckptctl.core.launch_plan import signal_name
 from ckptctl.core.recover_plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
 from ckptctl.errors import CkptctlError, UsageError
 from ckptctl.ops import recover_steps as steps
+from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects
 from ckptctl.ops.recover_report import (
     AttemptRecord,
     RecoveryReport,
     TimelineEntry,
-    actor,
     iso,
     write_report,
 )
 
 if TYPE_CHECKING:
-    from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 
 __all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
@@ -53,8 +49,6 @@ __all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
 EventFn = Callable[[str, str], None]
 """(stage, message): narration of each decision as it is taken."""
 OutputFn = Callable[[str], None]
-#: The job the run root's last recovery left running: ``<root>/.ckptctl/job.json`` (``ckptctl status``).
-JOB_FILE = "job.json"
 
 
 def _utc_now() -> datetime:
@@ -187,7 +181,7 @@ def recover(
     with lock_ctx as held:
         if held is not None and held.broke_stale:
             report.warnings.append("a stale lock left by a dead process was broken")
-        effects: _Effects = _DryEffects() if dry_run else _RealEffects(storage, path, held)
+        effects: Effects = DryEffects() if dry_run else RealEffects(storage, path, held)
         try:
             _walk(
                 rec,
@@ -257,90 +251,6 @@ def _incident(rec: _Recovery, logs: Sequence[str]) -> dict[str, Any]:
     )
 
 
-# -- effects: what differs between a dry run and a real one --------------------------------------------
-
-
-class _Effects:
-    dry = False
-
-    def drain(self, rec: _Recovery, cmd: core.DrainCommand, execute: bool) -> str | None:
-        raise NotImplementedError
-
-    def launch(self, rec: _Recovery, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        raise NotImplementedError
-
-
-class _DryEffects(_Effects):
-    dry = True
-
-    def drain(self, rec: _Recovery, cmd: core.DrainCommand, execute: bool) -> str | None:
-        rec.report.drain.append({**cmd.to_json(), "executed": False})
-        rec.log("drain", f"drain step (not executed, dry run): {shlex.join(cmd.argv)}")
-        return None
-
-    def launch(self, rec: _Recovery, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        if config.launch.backend == "slurm":
-            from ckptctl.ops.jobs import render_batch
-
-            batch = render_batch(config, plan)
-            rec.report.launch_plan = {**(rec.report.launch_plan or {}), "slurm": batch.to_json()}
-            rec.log("launch", "would submit with " + shlex.join(batch.sbatch_argv) + ":\n" + batch.script.rstrip())
-        else:
-            rec.log("launch", "would run: " + shlex.join(plan.argv))
-        rec.report.outcome = "dry-run"
-        rec.report.reason = "dry run: the plan above would be carried out"
-        return None
-
-
-class _RealEffects(_Effects):
-    def __init__(self, storage: Storage, path: str, held: HeldLock | None) -> None:
-        self.storage, self.path, self.held = storage, path, held
-
-    def audit(self, record: dict[str, Any]) -> None:
-        audit.append_record(self.storage, self.path, {"time": iso(_utc_now()), **actor(), **record, "ckptctl_version": __version__})
-
-    def drain(self, rec: _Recovery, cmd: core.DrainCommand, execute: bool) -> str | None:
-        shown = shlex.join(cmd.argv)
-        if not execute:
-            rec.report.drain.append({**cmd.to_json(), "executed": False})
-            rec.log("drain", f"drain step (not executed, pass --execute-drain to run it): {shown}")
-            return None
-        outcome = steps.run_drain(cmd)
-        rec.report.drain.append(outcome)
-        self.audit({"action": "drain", "argv": list(cmd.argv), "ok": outcome["ok"]})
-        if not outcome["ok"]:
-            return f"drain failed: {shown}: {outcome.get('error') or outcome.get('output')}"
-        rec.log("drain", f"drained: {shown}")
-        return None
-
-    def launch(self, rec: _Recovery, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        from ckptctl.ops.jobs import run_job
-
-        def on_submit(job_id: str, script: str | None) -> None:
-            who = actor()
-            record = {"backend": config.launch.backend, "job_id": job_id, "script": script, "owner": who,
-                      "detached": kw["detach"], "started": iso(_utc_now()), "resume_from": plan.resume_from,
-                      "log": None}
-            self.audit({"action": "launch", **{k: v for k, v in record.items() if k != "owner"}})
-            self.storage.write_bytes(
-                self.storage.join(audit.state_dir(self.storage, self.path), JOB_FILE),
-                (json.dumps(record, indent=2) + "\n").encode(),
-            )
-            rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
-
-        return run_job(
-            config,
-            plan,
-            detach=kw["detach"],
-            decided=kw["decided"],
-            on_output=kw["on_output"],
-            on_line=kw["on_line"],
-            on_submit=on_submit,
-            # the job's own retention may act while recover holds the lock on its behalf
-            extra_env={INHERITED_TOKEN_ENV: self.held.info.token} if self.held is not None else None,
-        )
-
-
 # -- the walk ------------------------------------------------------------------------------------------
 
 
@@ -348,7 +258,7 @@ def _walk(
     rec: _Recovery,
     storage: Storage,
     path: str,
-    effects: _Effects,
+    effects: Effects,
     *,
     config: CkptctlConfig,
     plan: RecoveryPlan,

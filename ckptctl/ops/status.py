@@ -17,8 +17,7 @@ from ckptctl.adapters import audit
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
-
-JOB_FILE = "job.json"
+from ckptctl.ops.recover_effects import JOB_FILE
 
 
 def _read_json(storage: Storage, path: str) -> dict[str, Any] | None:
