@@ -9,8 +9,11 @@ why a cluster cannot be had here (no packages, not root), for ``pytest.skip``.
 
 Facts checked on Debian 12 (Slurm 22.05.8): no cgroups, no systemd; proctrack
 linuxproc and task/none work; a node's ``State=DRAIN`` shows as ``drained`` in
-``sinfo`` and ``State=RESUME`` returns it. One slurmd per host: several (``slurmd
--N``) need a build with multiple-slurmd support, which Debian's is not.
+``sinfo`` and ``State=RESUME`` returns it. Several slurmd on one host work: one
+``NodeName`` line per node, all with ``NodeHostname=<this host>`` and
+``NodeAddr=127.0.0.1`` but each its own ``Port``, ``%n`` in the spool/pid/log
+paths, and ``slurmd -N <name>`` per node; so the cluster has two nodes (``n1``,
+``n2``) and a drained node really is avoided by the next job.
 """
 
 from __future__ import annotations
@@ -52,9 +55,14 @@ def _sbin(name: str) -> str:
 class SlurmCluster:
     dir: Path
     conf: Path
-    node: str
+    nodes: tuple[str, ...]
     cpus: int
+    """CPUs configured per node (the host's count: the nodes share the host)."""
     pids: list[int] = field(default_factory=list)
+
+    @property
+    def node(self) -> str:
+        return self.nodes[0]
 
     @property
     def env(self) -> dict[str, str]:
@@ -65,29 +73,30 @@ class SlurmCluster:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, timeout=60, check=check)
 
     @classmethod
-    def start(cls, base: Path, *, timeout_s: float = 60) -> SlurmCluster:
+    def start(cls, base: Path, *, nodes: tuple[str, ...] = ("n1", "n2"), timeout_s: float = 60) -> SlurmCluster:
         base.mkdir(parents=True, exist_ok=True)
         for sub in ("state", "spool", "log", "run"):
             (base / sub).mkdir(exist_ok=True)
-        node = socket.gethostname().split(".")[0]
+        for n in nodes:
+            (base / "spool" / n).mkdir(exist_ok=True)
+        host = socket.gethostname().split(".")[0]
         cpus = os.cpu_count() or 1
         conf = base / "slurm.conf"
         conf.write_text(
             "\n".join(
                 [
                     "ClusterName=ckptctltest",
-                    f"SlurmctldHost={node}",
+                    f"SlurmctldHost={host}",
                     "SlurmUser=root",
                     "SlurmdUser=root",
                     f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
                     "AuthType=auth/munge",
                     f"StateSaveLocation={base / 'state'}",
-                    f"SlurmdSpoolDir={base / 'spool'}",
+                    f"SlurmdSpoolDir={base / 'spool' / '%n'}",
                     f"SlurmctldPidFile={base / 'run' / 'slurmctld.pid'}",
-                    f"SlurmdPidFile={base / 'run' / 'slurmd.pid'}",
+                    f"SlurmdPidFile={base / 'run' / 'slurmd-%n.pid'}",
                     f"SlurmctldLogFile={base / 'log' / 'slurmctld.log'}",
-                    f"SlurmdLogFile={base / 'log' / 'slurmd.log'}",
+                    f"SlurmdLogFile={base / 'log' / 'slurmd-%n.log'}",
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "JobAcctGatherType=jobacct_gather/none",
@@ -100,21 +109,32 @@ class SlurmCluster:
                     "KillWait=10",
                     "InactiveLimit=0",
                     "MinJobAge=300",
-                    f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-                    f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+                    *(
+                        f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+                        f"CPUs={cpus} State=UNKNOWN"
+                        for n in nodes
+                    ),
+                    f"PartitionName=debug Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP "
+                    "OverSubscribe=YES",
                     "",
                 ]
             )
         )
-        cluster = cls(dir=base, conf=conf, node=node, cpus=cpus)
+        cluster = cls(dir=base, conf=conf, nodes=tuple(nodes), cpus=cpus)
         cluster._start_munge()
         try:
-            for daemon, pidfile in (("slurmctld", "slurmctld.pid"), ("slurmd", "slurmd.pid")):
+            subprocess.run(
+                [_sbin("slurmctld"), "-f", str(conf)], env=cluster.env, check=True, capture_output=True, timeout=30
+            )
+            cluster._remember(base / "run" / "slurmctld.pid")
+            for n in nodes:
                 subprocess.run(
-                    [_sbin(daemon), "-f", str(conf)], env=cluster.env, check=True, capture_output=True, timeout=30
+                    [_sbin("slurmd"), "-f", str(conf), "-N", n],
+                    env=cluster.env, check=True, capture_output=True, timeout=30,
                 )
-                cluster._remember(base / "run" / pidfile)
-            cluster.wait_for_state("idle", timeout_s=timeout_s)
+                cluster._remember(base / "run" / f"slurmd-{n}.pid")
+            for n in nodes:
+                cluster.wait_for_state("idle", node=n, timeout_s=timeout_s)
         except BaseException:
             cluster.stop()
             raise
@@ -146,22 +166,22 @@ class SlurmCluster:
             time.sleep(0.1)
         raise RuntimeError(f"{pidfile} never appeared; see {self.dir / 'log'}")
 
-    def node_state(self) -> str:
-        out = self.run("sinfo", "-h", "-N", "-n", self.node, "-o", "%T").stdout.strip()
+    def node_state(self, node: str | None = None) -> str:
+        out = self.run("sinfo", "-h", "-N", "-n", node or self.node, "-o", "%T").stdout.strip()
         return out.splitlines()[0] if out else ""
 
-    def wait_for_state(self, prefix: str, *, timeout_s: float = 60) -> None:
+    def wait_for_state(self, prefix: str, *, node: str | None = None, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         state = ""
         while time.monotonic() < deadline:
-            state = self.node_state()
+            state = self.node_state(node)
             if state.startswith(prefix):
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"node {self.node} is {state!r}, not {prefix!r}, after {timeout_s:g} s")
+        raise RuntimeError(f"node {node or self.node} is {state!r}, not {prefix!r}, after {timeout_s:g} s")
 
-    def resume_node(self) -> None:
-        self.run("scontrol", "update", f"NodeName={self.node}", "State=RESUME", check=False)
+    def resume_node(self, node: str | None = None) -> None:
+        self.run("scontrol", "update", f"NodeName={node or self.node}", "State=RESUME", check=False)
 
     def stop(self) -> None:
         """End every job, then the daemons this cluster started (by pid, SIGTERM then SIGKILL)."""

@@ -2,9 +2,9 @@
 
 The job is a real 2-rank torchrun (tests/scripts/resume_job.py, real DCP run root)
 submitted with sbatch; the drain is a real ``scontrol update ... State=DRAIN``; the
-capacity check a real ``sinfo``. Debian's Slurm runs one slurmd per host, so the
-exclusion of a drained host is shown in the submitted script and the capacity
-``wait`` path runs with the only node drained. Skipped, with the reason, where the
+capacity check a real ``sinfo``. The cluster has two nodes (two slurmd on this
+host): a node drained for real is excluded from the next submission, which runs on
+the other; with both drained the capacity ``wait`` path gives up. Skipped, with the reason, where the
 packages or root are missing.
 """
 
@@ -89,7 +89,7 @@ def test_slurm_backend_submits_resumes_and_records_the_job(
     assert att["watch_verdict"] == "continuous" and att["checkpoint_step"] == 30
     # the job really ran under Slurm: its output file carries Slurm's job id and the resume
     out = Path(att["log"]).read_text()
-    assert f"ckptctl: slurm job {job['job_id']} on {cluster.node}" in out
+    assert re.search(rf"ckptctl: slurm job {job['job_id']} on ({'|'.join(cluster.nodes)})$", out, re.M), out[:500]
     assert f"ckptctl-train resumed from={root / 'step_30'} step=30" in out
     script = Path(job["script"]).read_text()
     for line in ("#SBATCH --requeue", "#SBATCH --signal=USR1@30", "#SBATCH --nodes=1", "export CKPTCTL_PREEMPTION_SIGNALS=USR1"):
@@ -111,47 +111,59 @@ def test_slurm_backend_submits_resumes_and_records_the_job(
 
 
 @pytest.mark.slow
-def test_a_real_drain_excludes_the_node_and_capacity_waits_with_it_drained(
+def test_a_real_drain_keeps_the_next_submission_off_the_node(
     tmp_path: Path, golden: dict[int, Path], cluster: SlurmCluster
 ) -> None:
-    hosts_command = ["sinfo", "-h", "-N", "-t", "idle,mix,alloc", "-o", "%N"]
-    root, cfg = scene(tmp_path, golden, cluster, hosts_command=hosts_command,
-                      capacity_poll_s=0.5, capacity_timeout_s=2)
-    node = cluster.node
-    cluster.wait_for_state("idle", timeout_s=60)  # an earlier test's cancelled job may still be completing
+    bad, good = cluster.nodes[0], cluster.nodes[1]
+    # no hosts_command: the slurm backend asks sinfo itself (a drained node is listed by
+    # `sinfo -t idle`, so the state is read instead)
+    root, cfg = scene(tmp_path, golden, cluster, capacity_poll_s=0.5, capacity_timeout_s=2)
+    for n in cluster.nodes:  # an earlier test's cancelled job may still be completing
+        cluster.wait_for_state("idle", node=n, timeout_s=60)
     (tmp_path / "kern.log").write_text(
-        f"Nov 21 12:19:05 {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=15241, name=python, GPU has fallen off the bus.\n"
+        f"Nov 21 12:19:05 {bad} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=15241, name=python, GPU has fallen off the bus.\n"
     )
     try:
-        # dry run first (capacity left to Slurm): the batch script that would be submitted excludes the culprit
-        open_cfg = yaml.safe_load(cfg.read_text())
-        del open_cfg["recover"]["hosts_command"]
-        (tmp_path / "open.yaml").write_text(yaml.safe_dump(open_cfg))
-        code, dry, err = recover(cluster, tmp_path, "--config", "open.yaml", "--logs", "kern.log", "--dry-run")
+        # dry run: the batch script that would be submitted excludes the culprit; nothing drained
+        code, dry, err = recover(cluster, tmp_path, "--config", str(cfg), "--logs", "kern.log", "--dry-run")
+        assert dry["capacity"]["hosts_command"] == ["sinfo", "-h", "-N", "-o", "%N|%T"]
         assert code == 0 and dry["outcome"] == "dry-run", err[-3000:]
-        assert f"#SBATCH --exclude={node}" in dry["launch_plan"]["slurm"]["script"]
-        assert not cluster.node_state().startswith("drain"), "a dry run must not drain"
-        # the real run drains the node for real, then waits for capacity that never comes
-        code, doc, err = recover(cluster, tmp_path, "--config", str(cfg), "--logs", "kern.log", "--execute-drain")
-        assert code == 3 and doc["outcome"] == "stopped", err[-3000:]
+        assert f"#SBATCH --exclude={bad}" in dry["launch_plan"]["slurm"]["script"]
+        assert not cluster.node_state(bad).startswith("drain"), "a dry run must not drain"
+        # the real run drains the node for real; the job it submits runs on the other one
+        code, doc, err = recover(cluster, tmp_path, "--config", str(cfg), "--logs", "kern.log",
+                                 "--baseline", "baseline.log", "--execute-drain")
+        assert code == 0 and doc["outcome"] == "recovered", err[-3000:]
         (drain,) = doc["drain"]
-        assert drain["executed"] and drain["ok"] and drain["argv"][:3] == ["scontrol", "update", f"NodeName={node}"]
-        assert cluster.node_state().startswith("drain")
+        assert drain["executed"] and drain["ok"] and drain["argv"][:3] == ["scontrol", "update", f"NodeName={bad}"]
+        assert cluster.node_state(bad).startswith("drain")
         reasons = cluster.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout
-        assert f"{node}|ckptctl: infra fault (RB-7)" in reasons
-        assert "not enough healthy hosts after waiting" in doc["reason"]
+        assert f"{bad}|ckptctl: infra fault (RB-7)" in reasons
+        assert doc["capacity"]["available_hosts"] == [good]
+        (att,) = doc["attempts"]
+        job = att["job"]
+        assert f"#SBATCH --exclude={bad}" in Path(job["script"]).read_text()
+        assert f"ckptctl: slurm job {job['job_id']} on {good}" in Path(att["log"]).read_text()
+        cluster.run("scancel", job["job_id"], check=False)
+        assert [r["action"] for r in audit_records(root)] == ["drain", "launch", "recover"]
+        # both nodes gone: the capacity `wait` path asks sinfo until the timeout and launches nothing
+        cluster.wait_for_state("idle", node=good, timeout_s=60)
+        cluster.run("scontrol", "update", f"NodeName={good}", "State=DRAIN", "Reason=test")
+        code, doc, err = recover(cluster, tmp_path, "--config", str(cfg), "--logs", "kern.log", "--baseline", "baseline.log")
+        assert code == 3 and "not enough healthy hosts after waiting" in doc["reason"], err[-3000:]
         assert doc["capacity"]["checks"] >= 2 and doc["attempts"] == []
-        assert [r["action"] for r in audit_records(root)] == ["drain", "recover"]
+        assert doc["capacity"]["available_hosts"] == []
         # the ledger names the drained host
         inc = subprocess.run([CKPTCTL, "incidents", str(root), "--json"], capture_output=True, text=True, env=_env(), timeout=60)
         assert inc.returncode == 0, inc.stderr
         ledger = json.loads(inc.stdout)
-        assert ledger["num_incidents"] == 1 and ledger["hosts"][0]["host"] == node
-        assert ledger["incidents"][0]["category"] == "infra"
+        assert ledger["num_incidents"] == 2 and ledger["hosts"][0]["host"] == bad
+        assert ledger["incidents"][0]["category"] == "infra" and ledger["incidents"][0]["drained_hosts"] == [bad]
     finally:
-        cluster.resume_node()
-        cluster.wait_for_state("idle", timeout_s=30)
-    assert os.path.isdir(root / "step_30")
+        for n in cluster.nodes:
+            cluster.resume_node(n)
+        for n in cluster.nodes:
+            cluster.wait_for_state("idle", node=n, timeout_s=60)
 
 
 @pytest.mark.slow

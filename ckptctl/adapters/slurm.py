@@ -145,10 +145,22 @@ def drain_argv(hosts: Sequence[str], reason: str) -> list[str]:
     return ["scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}"]
 
 
-def idle_hosts() -> list[str]:
-    """Healthy nodes: ``sinfo -h -N -t idle,mix,alloc -o %N``."""
-    out = _run(["sinfo", "-h", "-N", "-t", "idle,mix,alloc,completing", "-o", "%N"]).stdout
-    return list(dict.fromkeys(h for h in out.split() if h))
+#: Node states (sinfo ``%T``) that can take work. A drained node is not one of them even though
+#: ``sinfo -t idle`` lists it (Slurm keeps DRAIN as a flag on IDLE): the long state name says
+#: ``drained``/``draining``, so the state is read, not filtered by ``-t``.
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+
+
+def usable_hosts() -> list[str]:
+    """Nodes that can take work now: ``sinfo -h -N -o '%N|%T'``, state in ``USABLE_STATES``
+    (a trailing ``*``/``~``/``#``... flag, e.g. ``idle~`` powered down, makes a node unusable)."""
+    out = _run(["sinfo", "-h", "-N", "-o", "%N|%T"]).stdout
+    hosts = []
+    for line in out.splitlines():
+        name, _, state = line.partition("|")
+        if name.strip() and state.strip().lower() in USABLE_STATES:
+            hosts.append(name.strip())
+    return list(dict.fromkeys(hosts))
 
 
 def drained_hosts() -> dict[str, str]:

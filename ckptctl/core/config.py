@@ -375,8 +375,9 @@ class RecoverConfig:
     """With ``wait``: seconds between capacity checks."""
     hosts_command: tuple[str, ...] = ()
     """An argv (no shell) that prints the healthy candidate hosts, one per line (or separated by
-    spaces/commas), e.g. ``[sinfo, -h, -N, -t, "idle,mix,alloc", -o, "%N"]``. Asked at each
-    capacity check, instead of ``launch.hosts``; the only way ``wait`` can see capacity return."""
+    spaces/commas). Asked at each
+    capacity check, instead of ``launch.hosts``; the only way ``wait`` can see capacity return
+    (the slurm backend asks ``sinfo`` itself when unset; ``sinfo -t idle`` also lists drained nodes)."""
     drain: DrainConfig = field(default_factory=DrainConfig)
     """How a faulty host is drained."""
     watch: Mapping[str, Any] = field(default_factory=dict)

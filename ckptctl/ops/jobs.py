@@ -252,6 +252,7 @@ def _run_slurm(
     out = batch.output_path(job_id)
     tail = _Tail(out)
     poll_s = config.launch.slurm.poll_s
+    pending_timeout_s = config.recover.capacity_timeout_s
     stopped, reason = False, None
     cancel_deadline: float | None = None
     state = slurm.job_state(job_id)
@@ -259,6 +260,14 @@ def _run_slurm(
     while True:
         if time.monotonic() - last_look >= poll_s:
             state, last_look = slurm.job_state(job_id), time.monotonic()
+        if state.state == "PENDING" and time.monotonic() - t0 > pending_timeout_s:
+            # Never wait forever on a job the scheduler cannot place (every node drained or busy).
+            slurm.cancel(job_id)
+            raise slurm.SlurmError(
+                f"slurm job {job_id} still pending after {pending_timeout_s:g} s "
+                f"(reason {state.reason or 'unknown'}); cancelled",
+                hint="check `sinfo` for free nodes; recover.capacity_timeout_s bounds this wait",
+            )
         if state.finished:
             time.sleep(min(poll_s, 1.0))  # the last lines of the output file
             _feed(tail.rest(), on_output, None if stopped else on_line)

@@ -20,6 +20,9 @@ from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
 from ckptctl.errors import CkptctlError
 
+#: What the slurm backend asks when no ``recover.hosts_command`` is set (``slurm.usable_hosts``).
+SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
+
 
 class Narrator(Protocol):
     """What a step needs from the recovery: the report and a timeline."""
@@ -84,6 +87,8 @@ def await_capacity(
 
     lc, rc = config.launch, config.recover
     command = rc.hosts_command
+    use_slurm = not command and lc.backend == "slurm"
+    asked: tuple[str, ...] = tuple(command) if command else (SINFO_USABLE if use_slurm else ())
     start = clock()
     checks = 0
     while True:
@@ -94,20 +99,29 @@ def await_capacity(
             except RuntimeError as e:
                 rec.report.capacity = {"hosts_command": list(command), "checks": checks, "error": str(e)}
                 return None, f"capacity check failed: {e}"
+        elif use_slurm:
+            # The slurm backend asks Slurm itself (sinfo) when no hosts_command is set.
+            from ckptctl.adapters import slurm
+
+            try:
+                hosts = slurm.usable_hosts()
+            except slurm.SlurmError as e:
+                rec.report.capacity = {"hosts_command": list(asked), "checks": checks, "error": e.message}
+                return None, f"capacity check failed: {e.message}"
         else:
             hosts = list(lc.hosts) if lc.hosts else None
         decision = plan_capacity(lc.min_nodes, lc.max_nodes, hosts, excluded, rc.min_nodes_policy)
         waited = clock() - start
         rec.report.capacity = {
             **decision.to_json(),
-            "hosts_command": list(command) if command else None,
+            "hosts_command": list(asked) if asked else None,
             "checks": checks,
             "waited_s": round(waited, 3),
         }
         rec.log("capacity", decision.reason)
         if decision.should_launch:
             return decision, None
-        if not command:
+        if not asked:
             return decision, (
                 f"not enough healthy hosts: {decision.reason}; nothing to wait on "
                 "(launch.hosts is fixed: set recover.hosts_command to wait for capacity)"
@@ -115,7 +129,7 @@ def await_capacity(
         if dry_run:
             return decision, (
                 f"not enough healthy hosts: {decision.reason}; a real run would ask "
-                f"{shlex.join(command)} every {rc.capacity_poll_s:g} s for up to {rc.capacity_timeout_s:g} s"
+                f"{shlex.join(asked)} every {rc.capacity_poll_s:g} s for up to {rc.capacity_timeout_s:g} s"
             )
         if waited + rc.capacity_poll_s > rc.capacity_timeout_s:
             return decision, (
