@@ -81,3 +81,24 @@ def test_unreadable_config_exits_2_with_one_line(tmp_path: Path, kind: str) -> N
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(path) in errors[0] and "Traceback" not in proc.stderr
+
+
+def test_recover_dry_run_refuses_a_bad_watch_section_and_launch_dry_run_shows_the_batch_script(tmp_path: Path) -> None:
+    env = dict(os.environ, CKPTCTL_NO_PROGRESS="1")
+    (tmp_path / "run").mkdir()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"run_root: {tmp_path / 'run'}\nrecover:\n  watch: {{k: .inf}}\n")
+    bad = subprocess.run([sys.executable, "-m", "ckptctl", "recover", "--config", str(cfg), "--no-logs", "--dry-run"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "recover.watch.k: inf is not a finite number" in bad.stderr, bad.stderr
+    cfg.write_text(
+        f"run_root: {tmp_path / 'run'}\nlaunch:\n  backend: slurm\n  script: train.py\n"
+        "  exclude_hosts: [gpu-9]\n  slurm: {partition: gpu}\n"
+    )
+    dry = subprocess.run([sys.executable, "-m", "ckptctl", "launch", "--config", str(cfg), "--dry-run", "--json"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    import json
+
+    doc = json.loads(dry.stdout)
+    assert "#SBATCH --exclude=gpu-9" in doc["slurm"]["script"] and "#SBATCH --partition=gpu" in doc["slurm"]["script"]
