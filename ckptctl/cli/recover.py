@@ -43,10 +43,10 @@ def _render(report: RecoveryReport) -> None:
     if report.capacity:
         c.print(f"capacity: {escape(report.capacity['reason'])}")
     for s in report.skipped_checkpoints:
-        c.print(f"skipped: {escape(s['path'])} ({s['status']}): {escape('; '.join(s['problems'][:2]))}")
+        c.print(f"skipped: {escape(s.path)} ({s.status}): {escape('; '.join(s.problems[:2]))}")
     if report.checkpoint:
         ck = report.checkpoint
-        c.print(f"checkpoint: {escape(ck['path'])} (step {ck['step']}, world size {ck['world_size']})")
+        c.print(f"checkpoint: {escape(ck.path)} (step {ck.step}, world size {ck.world_size})")
     if report.launch_plan and report.dry_run:
         c.print("command: " + escape(shlex.join(report.launch_plan.get("argv", []))))
         batch = report.launch_plan.get("slurm")

@@ -35,7 +35,9 @@ from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects
 from ckptctl.ops.recover_report import (
     AttemptRecord,
+    CheckpointRecord,
     RecoveryReport,
+    SkippedRecord,
     TimelineEntry,
     iso,
     write_report,
@@ -322,13 +324,14 @@ def _walk(
     while True:
         found = find_latest_complete(url, deep=deep)
         for s in found.skipped:
-            report.skipped_checkpoints.append({"path": s.path, "status": s.status, "problems": s.problems})
+            report.skipped_checkpoints.append(SkippedRecord(path=s.path, status=s.status, problems=tuple(s.problems)))
             rec.log("verify", f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:2])}")
         if found.checkpoint is None:
             return rec.stop(f"no complete checkpoint under {url} to resume from")
         ckpt = found.checkpoint
-        report.checkpoint = {"path": ckpt.path, "step": ckpt.step, "world_size": ckpt.world_size,
-                             "deep": ckpt.deep, "status": ckpt.status}
+        report.checkpoint = CheckpointRecord(
+            path=ckpt.path, step=ckpt.step, world_size=ckpt.world_size, deep=ckpt.deep, status=ckpt.status
+        )
         rec.log("verify", f"newest complete checkpoint: {ckpt.path} (step {ckpt.step}, world size {ckpt.world_size})")
         lplan = prepare_launch(config, resume_from=ckpt.path, nnodes=decision.nnodes, exclude_hosts=excluded)
         report.launch_plan = lplan.to_json()

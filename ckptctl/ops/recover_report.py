@@ -38,6 +38,32 @@ class TimelineEntry:
         return {"time": self.time, "stage": self.stage, "message": self.message, **({"data": self.data} if self.data else {})}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointRecord:
+    """A checkpoint recover resumed from (or would), as verified."""
+
+    path: str
+    step: int | None
+    world_size: int | None
+    deep: bool
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "step": self.step, "world_size": self.world_size, "deep": self.deep, "status": self.status}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkippedRecord:
+    """A newer checkpoint locate walked past, and why."""
+
+    path: str
+    status: str
+    problems: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "status": self.status, "problems": list(self.problems)}
+
+
 @dataclass(slots=True)
 class AttemptRecord:
     attempt: core.Attempt
@@ -88,9 +114,9 @@ class RecoveryReport:
     triage: core.TriageDecision | None = None
     drain: list[dict[str, Any]] = field(default_factory=list)
     capacity: dict[str, Any] | None = None
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: CheckpointRecord | None = None
     """The checkpoint of the last (or planned) resume."""
-    skipped_checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    skipped_checkpoints: list[SkippedRecord] = field(default_factory=list)
     launch_plan: dict[str, Any] | None = None
     attempts: list[AttemptRecord] = field(default_factory=list)
     rollbacks: list[dict[str, Any]] = field(default_factory=list)
@@ -126,8 +152,8 @@ class RecoveryReport:
             "triage": self.triage.to_json() if self.triage else None,
             "drain": self.drain,
             "capacity": self.capacity,
-            "checkpoint": self.checkpoint,
-            "skipped_checkpoints": self.skipped_checkpoints,
+            "checkpoint": self.checkpoint.to_json() if self.checkpoint else None,
+            "skipped_checkpoints": [k.to_json() for k in self.skipped_checkpoints],
             "launch_plan": self.launch_plan,
             "attempts": [a.to_json() for a in self.attempts],
             "rollbacks": self.rollbacks,
