@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -101,9 +102,11 @@ def test_every_checkpoint_a_bad_attempt_wrote_is_quarantined_and_locate_agrees(
     # each attempt's emergency checkpoint exists (quarantined) and is named in its attempt record
     for a, resumed in ((first, 30), (second, 20)):
         text = Path(a["log"]).read_text()
-        assert "ckptctl-train preempted signal=SIGTERM" in text, text[-2000:]
-        emergency = max(logged_steps(text))
-        assert emergency > resumed
+        m = re.search(r"ckptctl-train preempted signal=SIGTERM step=(\d+) checkpoint=(\S+)", text)
+        assert m, text[-2000:]
+        emergency = int(m.group(1))
+        assert Path(m.group(2)).name == f"step_{emergency}"
+        assert resumed < emergency <= max(logged_steps(text))
         assert sorted(a["quarantined"]) == sorted([f"step_{emergency}", f"step_{resumed}"])
     names = sorted(p.name for p in s.root.iterdir() if p.name != ".ckptctl")
     assert [n for n in names if ".quarantined-" not in n] == ["step_10"]
