@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml Makefile
 	@$(PY) -c 'import venv, ensurepip' 2>/dev/null || { \
 	  echo "installing python3-venv"; \
 	  (apt-get update -qq && apt-get install -y -qq python3-venv) >/dev/null; }
+	@# Slurm tests (tests/test_slurm_recover.py) need slurm-wlm + munge; installed when root with apt, else skipped.
+	@test -x /usr/sbin/slurmctld || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
+	  echo "slurm-wlm/munge not installed: the Slurm tests will be skipped"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"

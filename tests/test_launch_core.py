@@ -14,6 +14,7 @@ from ckptctl.core.config import (
     DrainConfig,
     LaunchConfig,
     RecoverConfig,
+    SlurmConfig,
     apply_overrides,
     config_from_dict,
     parse_nnodes,
@@ -79,7 +80,7 @@ recover:
   capacity_timeout_s: 600
   capacity_poll_s: 10
   drain: {kind: slurm, reason: "xid 79"}
-  watch: {spike_factor: 3.0, window: 20}
+  watch: {k: 3.0, window: 20}
 """
 
 
@@ -99,7 +100,7 @@ def test_full_yaml() -> None:
     r = c.recover
     assert (r.max_attempts, r.watch_steps, r.min_nodes_policy) == (2, 20, "shrink")
     assert r.drain == DrainConfig(kind="slurm", reason="xid 79")
-    assert r.watch == {"spike_factor": 3.0, "window": 20}
+    assert r.watch == {"k": 3.0, "window": 20}
 
 
 @pytest.mark.parametrize(
@@ -488,9 +489,9 @@ def test_docs_describe_every_config_key() -> None:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "launch.md").read_text()
-    for cls, prefix in ((LaunchConfig, ""), (RecoverConfig, ""), (DrainConfig, "drain."), (CkptctlConfig, "")):
+    for cls, prefix in ((LaunchConfig, ""), (RecoverConfig, ""), (DrainConfig, "drain."), (CkptctlConfig, ""), (SlurmConfig, "slurm.")):
         for f in dataclasses.fields(cls):
-            if f.name not in ("source", "drain"):  # drain: its keys are rows of their own
+            if f.name not in ("source", "drain", "slurm"):  # drain: its keys are rows of their own
                 assert f"| `{prefix}{f.name}` |" in text, f"docs/launch.md lacks {prefix}{f.name}"
 
 

@@ -107,6 +107,10 @@ def write_config(
 def run_recover(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
+    """``ckptctl recover ARGS``; ``--no-logs`` is added when no ``--logs`` is given (a real run
+    needs one of the two; ``test_recover_safety.py`` checks the refusal without them)."""
+    if "--logs" not in args and "--no-logs" not in args:
+        args = (*args, "--no-logs")
     return subprocess.run(
         [CKPTCTL, "recover", *args],
         capture_output=True,
@@ -329,11 +333,12 @@ def test_infra_fault_plans_the_drain_and_resumes_bit_for_bit(tmp_path: Path, cra
     assert report.parent == s.root / ".ckptctl" and re.fullmatch(r"recovery-\d{8}T\d{6}Z(-\d+)?\.json", report.name)
     assert json.loads(report.read_text()) == doc
     records = audit_records(s.root)
-    assert [r["action"] for r in records] == ["retention-delete", "retention-delete", "recover"], (
+    assert [r["action"] for r in records] == ["launch", "retention-delete", "retention-delete", "recover"], (
         "a drain that did not run must not be audited"
     )
-    assert [r["from"] for r in records[:2]] == ["step_6", "step_12"]
-    assert records[2]["outcome"] == "recovered" and records[2]["report"] == str(report)
+    assert records[0]["backend"] == "local" and records[0]["job_id"] == (att["job"] or {})["job_id"]
+    assert [r["from"] for r in records[1:3]] == ["step_6", "step_12"]
+    assert records[3]["outcome"] == "recovered" and records[3]["report"] == str(report)
     assert not (s.root / ".ckptctl" / "lock").exists()
     assert elapsed < 180
 
@@ -357,7 +362,7 @@ def test_execute_drain_runs_the_scheduler_cli_and_audits_it(tmp_path: Path, gold
     assert drain["returncode"] == 0 and "pretending" in drain["output"]
     # audited before the relaunch, and the recovery after it
     records = audit_records(s.root)
-    assert [r["action"] for r in records] == ["drain", "recover"]
+    assert [r["action"] for r in records] == ["drain", "launch", "recover"]
     assert records[0]["argv"] == SCONTROL_DRAIN and records[0]["ok"] is True
     assert doc["outcome"] == "recovered"
     (att,) = doc["attempts"]
@@ -437,7 +442,7 @@ def test_job_fault_stops_without_launching_and_force_resumes(tmp_path: Path, gol
     assert doc["outcome"] == "recovered"
     (att,) = doc["attempts"]
     assert att["checkpoint_step"] == 30 and att["exit_code"] == 0 and att["watch_verdict"] == "continuous"
-    assert [r["outcome"] for r in audit_records(s.root)] == ["stopped", "recovered"]
+    assert [r["outcome"] for r in audit_records(s.root) if r["action"] == "recover"] == ["stopped", "recovered"]
 
 
 # -- Classify: preemption -> resume; human output ---------------------------------------------------------
@@ -544,9 +549,9 @@ def test_spike_after_resume_quarantines_and_resumes_from_the_previous_checkpoint
     assert [n for n in names if ".quarantined-" not in n] == ["step_10", "step_20", "step_32"]
     # every rename is in the audit log, with the reason, before the recovery record
     records = audit_records(s.root)
-    assert [r["action"] for r in records] == ["quarantine", "quarantine", "recover"]
-    assert {r["from"] for r in records[:2]} == {"step_30", "step_32"}
-    assert all("spike" in r["reason"] for r in records[:2])
+    assert [r["action"] for r in records] == ["launch", "quarantine", "quarantine", "launch", "recover"]
+    assert {r["from"] for r in records[1:3]} == {"step_30", "step_32"}
+    assert all("spike" in r["reason"] for r in records[1:3])
 
     # the summary names both renames, the two attempts and the outcome
     out = proc.stdout
@@ -595,7 +600,7 @@ def test_a_second_concurrent_recover_is_refused(tmp_path: Path, golden: dict[int
     release = tmp_path / "release"
     lock = s.root / ".ckptctl" / "lock"
     first = subprocess.Popen(
-        [CKPTCTL, "recover", "--config", str(s.config), "--baseline", "baseline.log", "--json"],
+        [CKPTCTL, "recover", "--config", str(s.config), "--no-logs", "--baseline", "baseline.log", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -637,7 +642,7 @@ def test_a_second_concurrent_recover_is_refused(tmp_path: Path, golden: dict[int
     assert doc["outcome"] == "recovered" and len(doc["attempts"]) == 1
     assert not lock.exists()
     assert len(list((s.root / ".ckptctl").glob("recovery-*.json"))) == 1
-    assert [r["action"] for r in audit_records(s.root)] == ["recover"]
+    assert [r["action"] for r in audit_records(s.root)] == ["launch", "recover"]
 
 
 @pytest.mark.slow
@@ -645,7 +650,7 @@ def test_interrupting_recover_stops_the_job_and_does_not_relaunch(tmp_path: Path
     """Ctrl-C on the on-call's terminal ends the recovery: the job is stopped, nothing is relaunched."""
     s = golden_scene(tmp_path, golden, "--steps", "1000", "--step-sleep-s", "0.2")
     proc = subprocess.Popen(
-        [CKPTCTL, "recover", "--config", str(s.config), "--baseline", "baseline.log", "--json"],
+        [CKPTCTL, "recover", "--config", str(s.config), "--no-logs", "--baseline", "baseline.log", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -680,7 +685,7 @@ def test_interrupting_recover_stops_the_job_and_does_not_relaunch(tmp_path: Path
     assert "attempt 2/" not in err
     assert "ckptctl-train done" not in attempt_log(att)
     assert doc["rollbacks"] == [] and step_dirs(s.root) == ["step_10", "step_20", "step_30"]
-    assert [r["outcome"] for r in audit_records(s.root)] == ["stopped"]
+    assert [r["outcome"] for r in audit_records(s.root) if r["action"] == "recover"] == ["stopped"]
 
 
 # -- bounded attempts --------------------------------------------------------------------------------------
@@ -705,7 +710,7 @@ def test_restart_loop_is_stopped_with_a_clear_message(tmp_path: Path, golden: di
     assert "error" not in second_watch, second_watch
     assert second_watch["baseline_log"]["num_points"] >= 35
     assert doc["rollbacks"] == [] and step_dirs(s.root) == ["step_10", "step_20", "step_30"]
-    assert [r["outcome"] for r in audit_records(s.root)] == ["stopped"]
+    assert [r["outcome"] for r in audit_records(s.root) if r["action"] == "recover"] == ["stopped"]
 
 
 @pytest.mark.slow
@@ -829,7 +834,7 @@ def test_on_unknown_stop_without_logs_stops(tmp_path: Path, golden: dict[int, Pa
     [
         (["--on-unknown", "maybe"], 2, "--on-unknown must be 'resume' or 'stop'"),
         (["--max-attempts", "0"], 2, "--max-attempts"),
-        (["{missing}"], 1, "no such directory"),
+        (["{missing}"], 2, "two run roots"),  # the config names another root: refused before anything is opened
     ],
 )
 def test_bad_invocations_fail_with_a_message_and_touch_nothing(

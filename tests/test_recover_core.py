@@ -174,9 +174,14 @@ AFTER = [
     ([(30, 0, "spike")], 3, "rollback-and-resume", ["spike"]),
     # a second bad resume, from the previous checkpoint, falls back again while attempts remain
     ([(30, -15, "spike"), (20, -15, "spike")], 3, "rollback-and-resume", ["from step 20"]),
-    # ... but not past the bound
-    ([(30, -15, "spike")], 1, "stop", ["spike", "no attempts are left (1)"]),
-    ([(30, -15, "spike"), (20, -15, "nan")], 2, "stop", ["nan", "no attempts are left (2)"]),
+    # ... but not past the bound: quarantined all the same, then stop
+    ([(30, -15, "spike")], 1, "rollback-and-stop", ["spike", "no attempts are left (1)", "quarantined"]),
+    ([(30, -15, "spike"), (20, -15, "nan")], 2, "rollback-and-stop", ["nan", "no attempts are left (2)"]),
+    # the verdicts the watch adds for a bad restore the loss hides are bad too
+    ([(30, -15, "schedule-reset")], 3, "rollback-and-resume", ["schedule-reset"]),
+    ([(30, 0, "tokens-mismatch")], 3, "rollback-and-resume", ["tokens-mismatch"]),
+    # a verdict recover does not know is never acted on as a failure
+    ([(30, 0, "brand-new-verdict")], 3, "done", ["finished successfully"]),
     # Resume again: a failed or preempted job, attempts left
     ([(30, 1, None)], 3, "resume", ["failed (exit 1)", "newest complete checkpoint"]),
     ([(30, 1, "continuous")], 3, "resume", ["failed (exit 1)"]),
@@ -269,10 +274,37 @@ def test_every_bad_verdict_falls_back_and_no_other_does() -> None:
         nxt = decide_after_attempt([att(30, 0, verdict)], max_attempts=3)
         bad = verdict in core.BAD_RESUME_VERDICTS
         assert (nxt.kind == "rollback-and-resume") == bad, verdict
-    # every verdict the set names is one the watch can give
-    assert core.BAD_RESUME_VERDICTS.issubset(VERDICTS)
+    # every verdict the watch can give has a class in the table
+    assert set(VERDICTS) <= set(core.VERDICT_CLASSES)
+    assert {"spike", "nan", "replayed-steps", "skipped-steps", "schedule-reset", "tokens-mismatch"} <= core.BAD_RESUME_VERDICTS
     assert "continuous" not in core.BAD_RESUME_VERDICTS
     assert "insufficient-data" not in core.BAD_RESUME_VERDICTS
+
+
+@pytest.mark.parametrize(
+    "verdict, outcome, code",
+    [
+        ("continuous", "recovered", 0),
+        ("insufficient-data", "resumed-unverified", 5),
+        (None, "resumed-unverified", 5),
+        ("some-future-verdict", "resumed-unverified", 5),
+    ],
+)
+def test_only_continuous_is_recovered(verdict: str | None, outcome: str, code: int) -> None:
+    last = att(30, 0, verdict)
+    assert core.outcome_when_done(last) == outcome
+    assert core.OUTCOME_EXIT[outcome] == code
+    if outcome != "recovered":
+        reason = core.unverified_reason(last)
+        assert reason.startswith("resumed from step 30, not verified: ")
+        assert (verdict or "no verdict") in reason
+
+
+def test_a_detached_job_that_the_watch_passed_is_done() -> None:
+    a = Attempt(number=1, checkpoint_step=30, checkpoint_path="/r/step_30", exit_code=None,
+                watch_verdict="continuous", still_running=True)
+    nxt = decide_after_attempt([a], max_attempts=3)
+    assert nxt.kind == "done" and "keeps running" in nxt.reason
 
 
 def test_no_attempt_to_judge_is_an_error() -> None:
@@ -296,7 +328,9 @@ def test_bounded_loop_always_stops_within_max_attempts() -> None:
 def test_next_action_json_and_outcome_codes() -> None:
     nxt = decide_after_attempt([att(30, 0, "continuous")], max_attempts=3)
     assert nxt.to_json() == {"kind": "done", "reason": nxt.reason}
-    assert core.OUTCOME_EXIT == {"recovered": 0, "dry-run": 0, "stopped": 3}
+    assert core.OUTCOME_EXIT == {
+        "recovered": 0, "dry-run": 0, "stopped": 3, "resumed-unverified": 5, "plan-only": 2,
+    }
     assert core.PREEMPTED_EXIT_CODE == 75
 
 

@@ -326,6 +326,7 @@ class Supervisor:
         on_start: Callable[[Supervisor], None] | None = None,
         stop_grace_s: float = 60.0,
         forward_signals: bool = True,
+        ignore_hangup: bool = False,
         poll_s: float = 0.1,
         tree_refresh_s: float = 0.5,
     ) -> None:
@@ -335,6 +336,9 @@ class Supervisor:
         (then the job is stopped). ``on_start`` is called once the child runs
         (``supervisor.pid`` is set). ``forward_signals`` installs SIGINT/SIGTERM/
         SIGHUP handlers for the duration of ``run()`` (main thread only).
+        ``ignore_hangup``: a SIGHUP (the operator's terminal went away) is ignored
+        instead of stopping the job (``recover``: a healthy resumed job must not die
+        with an ssh session; the console copy of its output just stops).
         """
         if not argv:
             raise ValueError("empty argv")
@@ -347,6 +351,7 @@ class Supervisor:
         self.on_start = on_start
         self.stop_grace_s = stop_grace_s
         self.forward_signals = forward_signals
+        self.ignore_hangup = ignore_hangup
         self.poll_s = poll_s
         self.tree_refresh_s = tree_refresh_s
 
@@ -420,7 +425,8 @@ class Supervisor:
             if current is signal.SIG_IGN:
                 continue  # nohup / a background job: the user asked for this signal to be ignored
             previous[sig] = current
-            signal.signal(sig, self._on_signal)
+            hangup = getattr(signal, "SIGHUP", None)
+            signal.signal(sig, signal.SIG_IGN if self.ignore_hangup and sig == hangup else self._on_signal)
         return previous
 
     def _log_write(self, data: bytes) -> None:
@@ -643,6 +649,25 @@ class Supervisor:
             _signal_pid(p.pid, signal.SIGKILL)
             self._killed = True
         return pids
+
+
+def kill_job_tree(proc: subprocess.Popen[Any], grace_s: float, poll_s: float = 0.1) -> None:
+    """Stop a job started in its own session: SIGTERM to its process group (torchrun passes it
+    on to its workers), then, after ``grace_s``, SIGKILL to it and every descendant still alive."""
+    tree = _JobTree(proc.pid)
+    tree.refresh()
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        tree.refresh()
+        time.sleep(poll_s)
+    if proc.poll() is None:
+        tree.refresh()
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for p in tree.alive():
+        _signal_group(p.pgid, signal.SIGKILL)
+        _signal_pid(p.pid, signal.SIGKILL)
 
 
 def run_supervised(argv: Sequence[str], **kwargs: Any) -> LaunchResult:

@@ -45,6 +45,9 @@ def _root(
 
 for _module in (checkpoints, classify, watch, rollback, launch, recover):
     _module.register(app)
+from ckptctl.cli import status as _status  # noqa: E402 - recover's status/incidents commands
+
+_status.register(app)
 
 
 def _debug() -> bool:

@@ -18,9 +18,15 @@ if TYPE_CHECKING:
 
 def _render(report: RecoveryReport) -> None:
     c = out.out()
-    style = {"recovered": "green", "dry-run": "cyan"}.get(report.outcome, "red")
+    style = {"recovered": "green", "dry-run": "cyan", "resumed-unverified": "yellow"}.get(report.outcome, "red")
     c.print(f"RECOVERY REPORT  {escape(report.root)}")
     c.print(f"outcome: [{style}]{report.outcome}[/] - {escape(report.reason)}")
+    if report.plan is not None and (report.dry_run or report.outcome == "plan-only"):
+        c.print("plan:")
+        for line in report.plan.lines():
+            c.print(f"  {escape(line)}")
+    elif report.plan is not None:
+        c.print(f"config: {escape(report.plan.config_file or '(none: defaults)')}")
     if report.classify:
         cl = report.classify
         c.print(f"classify: {cl['category']} ({cl['confidence']} confidence): {escape(cl['action'])}")
@@ -37,12 +43,17 @@ def _render(report: RecoveryReport) -> None:
     if report.capacity:
         c.print(f"capacity: {escape(report.capacity['reason'])}")
     for s in report.skipped_checkpoints:
-        c.print(f"skipped: {escape(s['path'])} ({s['status']}): {escape('; '.join(s['problems'][:2]))}")
+        c.print(f"skipped: {escape(s.path)} ({s.status}): {escape('; '.join(s.problems[:2]))}")
     if report.checkpoint:
         ck = report.checkpoint
-        c.print(f"checkpoint: {escape(ck['path'])} (step {ck['step']}, world size {ck['world_size']})")
+        c.print(f"checkpoint: {escape(ck.path)} (step {ck.step}, world size {ck.world_size})")
     if report.launch_plan and report.dry_run:
         c.print("command: " + escape(shlex.join(report.launch_plan.get("argv", []))))
+        batch = report.launch_plan.get("slurm")
+        if batch:
+            c.print("batch script (" + escape(shlex.join(batch["sbatch_argv"])) + "):")
+            for line in batch["script"].splitlines():
+                c.print("  " + escape(line))
     for a in report.attempts:
         j = a.to_json()
         c.print(
@@ -50,6 +61,10 @@ def _render(report: RecoveryReport) -> None:
             f"loss watch {j['watch_verdict'] or '-'}, log {escape(str(j['log']))}"
         )
         c.print("  command: " + escape(shlex.join(j["argv"])))
+        job = j.get("job") or {}
+        if job.get("job_id"):
+            running = ", still running" if job.get("still_running") else ""
+            c.print(f"  job: {job.get('backend')} {job.get('job_id')} ({escape(str(job.get('state')))}{running})")
     for r in report.rollbacks:
         # RollbackResult.to_json(): plan.source/destination are {name, path, ...} objects
         plan = r.get("plan") or {}
@@ -83,6 +98,12 @@ def recover_cmd(
     signatures: Annotated[
         list[str] | None, typer.Option("--signatures", help="Extra failure signature YAML. Repeatable.")
     ] = None,
+    no_logs: Annotated[
+        bool, typer.Option("--no-logs", help="Resume without classifying (say so explicitly: the cause stays unknown).")
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Return after the watch verdict and leave the job running (local backend).")
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="Resume even after a job fault.")] = False,
     execute_drain: Annotated[
         bool, typer.Option("--execute-drain", help="Run the drain command (scontrol / kubectl) instead of only printing it.")
@@ -98,16 +119,17 @@ def recover_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Walk the RB-7 runbook: classify, drain, locate + verify, relaunch torchrun, watch the loss, fall back."""
+    from ckptctl.adapters.config_file import load_config
     from ckptctl.errors import UsageError
-    from ckptctl.ops.launch import load_config
     from ckptctl.ops.recover import recover
 
     if on_unknown not in ("resume", "stop"):
         raise UsageError(f"--on-unknown must be 'resume' or 'stop', got {on_unknown!r}")
+    if logs and no_logs:
+        raise UsageError("--logs and --no-logs contradict each other")
     config = load_config(config_path)
     run_root = root or config.run_root
-    if not run_root:
-        raise UsageError("no run root: pass ROOT or set run_root in ckptctl.yaml")
+    root_source = "argument" if root else ("config" if config.run_root else None)
 
     def on_event(stage: str, message: str) -> None:
         out.info(f"[{stage}] {message}")
@@ -120,6 +142,9 @@ def recover_cmd(
         run_root,
         config=config,
         logs=logs or [],
+        no_logs=no_logs,
+        root_source=root_source,
+        detach=detach,
         signature_files=signatures or [],
         baseline_log=baseline,
         force=force,
@@ -135,6 +160,8 @@ def recover_cmd(
         out.emit_json(report.to_json())
     else:
         _render(report)
+    if report.outcome == "plan-only":
+        out.error(report.reason, "give the run root and --logs FILE (or --no-logs); --dry-run shows the whole walk")
     raise typer.Exit(report.exit_code)
 
 

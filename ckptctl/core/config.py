@@ -5,7 +5,7 @@ dataclasses, and every dataclass validates itself on construction (so a config
 built in code, or changed with ``dataclasses.replace``, is checked the same
 way). Every message names the field (``launch.nnodes: ...``); an unknown key is
 an error that names the key and suggests the nearest known one. Stdlib only:
-the YAML text is read by ``ckptctl.ops.launch.load_config``.
+the YAML text is read by ``ckptctl.adapters.config_file.load_config``.
 
 File layout (every key optional; docs/launch.md is the reference)::
 
@@ -27,27 +27,73 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from ckptctl.core.config_checks import (  # the checks live there; names stay importable from here
+    BACKENDS,
+    DRAIN_KINDS,
+    MIN_NODES_POLICIES,
+    NPROC_WORDS,
+    Backend,
+    DrainKind,
+    MinNodesPolicy,
+    _command,
+    _fail,
+    _mapping,
+    _number,
+    _scalar_str,
+    _str_list,
+    _str_map,
+    check_endpoint,
+    check_hosts,
+    check_int,
+    check_local_dir,
+    check_nproc_per_node,
+    check_seconds,
+    check_str_map,
+    check_str_tuple,
+    check_watch_settings,
+    check_word,
+    is_local_url,
+    local_path,
+    parse_nnodes,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DRAIN_KINDS",
+    "MIN_NODES_POLICIES",
+    "NPROC_WORDS",
+    "Backend",
+    "CkptctlConfig",
+    "ClassifyConfig",
+    "ConfigOverrides",
+    "DrainConfig",
+    "DrainKind",
+    "LaunchConfig",
+    "MinNodesPolicy",
+    "RecoverConfig",
+    "SlurmConfig",
+    "apply_overrides",
+    "check_endpoint",
+    "check_hosts",
+    "check_int",
+    "check_local_dir",
+    "check_nproc_per_node",
+    "check_seconds",
+    "check_str_map",
+    "check_str_tuple",
+    "check_watch_settings",
+    "check_word",
+    "config_from_dict",
+    "is_local_url",
+    "local_path",
+    "parse_nnodes",
+]
 from ckptctl.errors import ConfigError
-
-#: ``nproc_per_node`` words torchrun understands besides a number.
-NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
-#: What ``recover`` does when fewer healthy hosts than the minimum node count remain.
-MIN_NODES_POLICIES = ("wait", "shrink")
-#: Schedulers ``recover`` knows how to drain a host in.
-DRAIN_KINDS = ("slurm", "kubernetes", "none")
-
-MinNodesPolicy = Literal["wait", "shrink"]
-DrainKind = Literal["slurm", "kubernetes", "none"]
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
-_HOST = re.compile(r"^[^\s,]+$")
 
 
 def _default_torchrun() -> tuple[str, ...]:
@@ -56,134 +102,49 @@ def _default_torchrun() -> tuple[str, ...]:
     return (sys.executable, "-m", "torch.distributed.run")
 
 
-# -- field checks: shared by __post_init__ (names like `launch.nnodes`) and by the
-# CLI overrides (names like `--nnodes`), so a bad flag is reported by its flag name.
-
-
-def _fail(where: str, problem: str) -> ConfigError:
-    return ConfigError(f"{where}: {problem}", hint="docs/launch.md lists every key of ckptctl.yaml")
-
-
-def parse_nnodes(value: str, where: str = "launch.nnodes") -> tuple[int, int]:
-    """``"4"`` -> ``(4, 4)``; ``"1:4"`` -> ``(1, 4)``. Raises ``ConfigError`` naming ``where``."""
-    m = _NNODES.match(value) if isinstance(value, str) else None
-    if m is None:
-        raise _fail(where, f"{value!r} is not N or MIN:MAX (e.g. \"2\" or \"1:4\")")
-    lo = int(m.group(1))
-    hi = int(m.group(2)) if m.group(2) is not None else lo
-    if lo < 1:
-        raise _fail(where, f"{value!r}: the minimum node count must be at least 1")
-    if hi < lo:
-        raise _fail(where, f"{value!r}: MAX is smaller than MIN")
-    return lo, hi
-
-
-def check_nproc_per_node(value: object, where: str = "launch.nproc_per_node") -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _fail(where, f"{value!r} is not a number or one of {', '.join(NPROC_WORDS)}")
-    if isinstance(value, int):
-        if value < 1:
-            raise _fail(where, f"{value} must be at least 1")
-    elif value not in NPROC_WORDS:
-        raise _fail(where, f"{value!r} is not a number or one of {', '.join(NPROC_WORDS)}")
-
-
-def check_word(value: object, where: str) -> None:
-    """A non-empty string without whitespace (backend names, ids, flags)."""
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise _fail(where, f"{value!r} must be a non-empty string without spaces")
-
-
-def check_endpoint(value: object, where: str = "launch.rdzv_endpoint") -> None:
-    """``host``, ``host:port`` or ``[v6addr]:port``."""
-    check_word(value, where)
-    if not isinstance(value, str):  # pragma: no cover - check_word raised already
-        raise _fail(where, f"{value!r} is not a string")
-    host, port = value, None
-    if value.startswith("["):
-        close = value.find("]")
-        if close < 0:
-            raise _fail(where, f"{value!r}: unclosed '[' in an IPv6 address")
-        host, rest = value[1:close], value[close + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise _fail(where, f"{value!r} is not HOST:PORT")
-            port = rest[1:]
-    elif value.count(":") == 1:
-        host, port = value.split(":")
-    elif value.count(":") > 1:
-        raise _fail(where, f"{value!r}: write an IPv6 address as [ADDR]:PORT")
-    if not host:
-        raise _fail(where, f"{value!r} has no host")
-    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
-        raise _fail(where, f"{value!r}: port must be a number between 1 and 65535")
-
-
-def check_int(value: object, where: str, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, f"{value!r} is not an integer")
-    if value < minimum:
-        raise _fail(where, f"{value} must be at least {minimum}")
-
-
-def check_seconds(value: object, where: str, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, f"{value!r} is not a number of seconds")
-    if value < 0 or (value == 0 and not allow_zero) or value != value:
-        raise _fail(where, f"{value!r} must be {'>= 0' if allow_zero else '> 0'}")
-
-
-def check_hosts(value: object, where: str) -> None:
-    if not isinstance(value, tuple):
-        raise _fail(where, "must be a list of host names")
-    for i, h in enumerate(value):
-        if not isinstance(h, str) or not _HOST.match(h):
-            raise _fail(f"{where}[{i}]", f"{h!r} is not a host name (no spaces or commas)")
-    dupes = sorted({h for h in value if value.count(h) > 1})
-    if dupes:
-        raise _fail(where, f"lists {', '.join(dupes)} more than once")
-
-
-def check_str_tuple(value: object, where: str, *, non_empty: bool = False) -> None:
-    if not isinstance(value, tuple):
-        raise _fail(where, "must be a list of strings")
-    if non_empty and not value:
-        raise _fail(where, "must not be empty")
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise _fail(f"{where}[{i}]", f"{item!r} is not a string")
-        if non_empty and not item:
-            raise _fail(f"{where}[{i}]", "must not be empty")
-
-
-def check_str_map(value: object, where: str, *, env_names: bool = False) -> None:
-    if not isinstance(value, Mapping):
-        raise _fail(where, "must be a mapping of names to strings")
-    for k, v in value.items():
-        if not isinstance(k, str) or (env_names and not _ENV_NAME.match(k)) or not k:
-            raise _fail(where, f"{k!r} is not a valid {'variable ' if env_names else ''}name")
-        if not isinstance(v, str):
-            raise _fail(f"{where}.{k}", f"{v!r} is not a string")
-
-
-def check_local_dir(value: object, where: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise _fail(where, f"{value!r} must be a non-empty path")
-    if "://" in value and not value.startswith("file://"):
-        raise _fail(where, f"{value!r}: logs are written line by line, so this must be a local directory")
-
-
-def is_local_url(url: str) -> bool:
-    """A plain path or ``file://`` URL (as opposed to ``s3://``, ``gs://``, ``memory://`` ...)."""
-    return "://" not in url or url.startswith("file://")
-
-
-def local_path(url: str) -> str:
-    """``file:///a/b`` -> ``/a/b``; a plain path unchanged."""
-    return url[len("file://") :] if url.startswith("file://") else url
-
-
 # -- the config ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmConfig:
+    """``launch.slurm:`` -- the batch job of the ``slurm`` backend (docs/launch.md, "Slurm")."""
+
+    partition: str | None = None
+    """``#SBATCH --partition``; the cluster's default partition when unset."""
+    time_limit: str | None = None
+    """``#SBATCH --time`` (Slurm's formats: ``4:00:00``, ``2-00:00:00``); the partition's limit when unset."""
+    job_name: str = "ckptctl"
+    """``#SBATCH --job-name``."""
+    cpus_per_task: int | None = None
+    """CPUs for each node's torchrun task; default: ``nproc_per_node`` when it is a number."""
+    signal_grace_s: int = 120
+    """``#SBATCH --signal=USR1@<s>``: Slurm sends SIGUSR1 this long before the time limit, and
+    ``ckptctl.training`` writes an emergency checkpoint on it."""
+    requeue: bool = True
+    """``#SBATCH --requeue``: Slurm may requeue the job after a node failure or preemption."""
+    sbatch_args: tuple[str, ...] = ()
+    """Further ``#SBATCH`` options, one per item (e.g. ``[--account=ml, --qos=high]``)."""
+    poll_s: float = 1.0
+    """Seconds between looks at the job's state and output file while recover watches it."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sbatch_args, list):
+            object.__setattr__(self, "sbatch_args", tuple(self.sbatch_args))
+        for name in ("partition", "time_limit"):
+            value = getattr(self, name)
+            if value is not None:
+                check_word(value, f"launch.slurm.{name}")
+        check_word(self.job_name, "launch.slurm.job_name")
+        if self.cpus_per_task is not None:
+            check_int(self.cpus_per_task, "launch.slurm.cpus_per_task", minimum=1)
+        check_int(self.signal_grace_s, "launch.slurm.signal_grace_s", minimum=1)
+        if not isinstance(self.requeue, bool):
+            raise _fail("launch.slurm.requeue", f"{self.requeue!r} is not true or false")
+        check_str_tuple(self.sbatch_args, "launch.slurm.sbatch_args")
+        for i, a in enumerate(self.sbatch_args):
+            if not a.startswith("-") or "\n" in a:
+                raise _fail(f"launch.slurm.sbatch_args[{i}]", f"{a!r} is not one sbatch option")
+        check_seconds(self.poll_s, "launch.slurm.poll_s")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -228,6 +189,11 @@ class LaunchConfig:
     """Hosts never to run on (added to the hosts recover drains)."""
     stop_grace_s: float = 60.0
     """Seconds between the SIGTERM ckptctl forwards and SIGKILL of the whole job (torchrun and workers)."""
+    backend: Backend = "local"
+    """How ``recover`` starts the job: ``local`` (supervised torchrun in its own session) or ``slurm``
+    (a batch script submitted with ``sbatch``)."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """The batch job of the ``slurm`` backend."""
 
     def __post_init__(self) -> None:
         # Lists given in code (``replace(launch, exclude_hosts=[...])``) become tuples,
@@ -265,6 +231,10 @@ class LaunchConfig:
             check_hosts(self.hosts, "launch.hosts")
         check_hosts(self.exclude_hosts, "launch.exclude_hosts")
         check_seconds(self.stop_grace_s, "launch.stop_grace_s")
+        if self.backend not in BACKENDS:
+            raise _fail("launch.backend", f"{self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if not isinstance(self.slurm, SlurmConfig):
+            raise _fail("launch.slurm", "must be a mapping")
         if max_nodes > 1 and self.rdzv_backend != "static" and self.rdzv_endpoint is None:
             raise _fail(
                 "launch.rdzv_endpoint",
@@ -318,8 +288,9 @@ class RecoverConfig:
     """With ``wait``: seconds between capacity checks."""
     hosts_command: tuple[str, ...] = ()
     """An argv (no shell) that prints the healthy candidate hosts, one per line (or separated by
-    spaces/commas), e.g. ``[sinfo, -h, -N, -t, "idle,mix,alloc", -o, "%N"]``. Asked at each
-    capacity check, instead of ``launch.hosts``; the only way ``wait`` can see capacity return."""
+    spaces/commas). Asked at each
+    capacity check, instead of ``launch.hosts``; the only way ``wait`` can see capacity return
+    (the slurm backend asks ``sinfo`` itself when unset; ``sinfo -t idle`` also lists drained nodes)."""
     drain: DrainConfig = field(default_factory=DrainConfig)
     """How a faulty host is drained."""
     watch: Mapping[str, Any] = field(default_factory=dict)
@@ -374,7 +345,7 @@ class CkptctlConfig:
     """The file this config was read from (not a YAML key; for messages)."""
 
     def __post_init__(self) -> None:
-        if self.run_root is not None and (not isinstance(self.run_root, str) or not self.run_root):
+        if self.run_root is not None and (not isinstance(self.run_root, str) or not self.run_root.strip()):
             raise _fail("run_root", f"{self.run_root!r} must be a non-empty path or URL")
         if not isinstance(self.launch, LaunchConfig):
             raise _fail("launch", "must be a mapping")
@@ -407,50 +378,6 @@ def _check_keys(data: Mapping[str, Any], cls: type, where: str) -> None:
             )
 
 
-def _mapping(value: object, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _fail(where, f"must be a mapping, not {type(value).__name__}")
-    return value
-
-
-def _scalar_str(value: object, where: str) -> str:
-    # Numbers are welcome where a string is meant (`--steps, 1000`); booleans and
-    # nulls are not: YAML turns `yes`/`off`/`~` into them, which is rarely what was meant.
-    if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
-        raise _fail(where, f"{value!r} is not a string (quote it in YAML)")
-    return value if isinstance(value, str) else str(value)
-
-
-def _str_list(value: object, where: str) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise _fail(where, "must be a list")
-    return tuple(_scalar_str(v, f"{where}[{i}]") for i, v in enumerate(value))
-
-
-def _command(value: object, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        # One program name is fine; a command line needs a list (argv is never split by a shell).
-        if not value or any(c.isspace() for c in value):
-            raise _fail(where, f"{value!r}: give the command as a list, e.g. [srun, --nodes=2, torchrun]")
-        return (value,)
-    return _str_list(value, where)
-
-
-def _str_map(value: object, where: str) -> dict[str, str]:
-    return {str(k): _scalar_str(v, f"{where}.{k}") for k, v in _mapping(value, where).items()}
-
-
-def _number(value: object, where: str) -> object:
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            raise _fail(where, f"{value!r} is not a number") from None
-    return value
-
-
 def _launch_from(data: Mapping[str, Any]) -> LaunchConfig:
     _check_keys(data, LaunchConfig, "launch")
     kw: dict[str, Any] = {}
@@ -473,11 +400,29 @@ def _launch_from(data: Mapping[str, Any]) -> LaunchConfig:
             kw[key] = str(value)
         elif key in ("monitor_interval_s", "stop_grace_s"):
             kw[key] = _number(value, where)
+        elif key == "slurm":
+            kw[key] = _slurm_from(_mapping(value, where))
         elif key == "nproc_per_node" and isinstance(value, str) and value.strip().isdigit():
             kw[key] = int(value)
         else:
             kw[key] = value
     return LaunchConfig(**kw)
+
+
+def _slurm_from(data: Mapping[str, Any]) -> SlurmConfig:
+    _check_keys(data, SlurmConfig, "launch.slurm")
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"launch.slurm.{key}"
+        if key == "sbatch_args":
+            kw[key] = _str_list(value, where)
+        elif key == "poll_s":
+            kw[key] = _number(value, where)
+        elif key == "time_limit" and isinstance(value, int) and not isinstance(value, bool):
+            kw[key] = str(value)  # minutes, as sbatch reads a bare number
+        else:
+            kw[key] = value
+    return SlurmConfig(**kw)
 
 
 def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
@@ -489,7 +434,7 @@ def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
             _check_keys(drain, DrainConfig, "recover.drain")
             kw[key] = DrainConfig(**drain)
         elif key == "watch":
-            kw[key] = dict(_mapping(value, "recover.watch"))
+            kw[key] = check_watch_settings(_mapping(value, "recover.watch"))
         elif key in ("capacity_timeout_s", "capacity_poll_s"):
             kw[key] = _number(value, f"recover.{key}")
         elif key == "hosts_command":
@@ -520,7 +465,7 @@ def config_from_dict(data: object, *, source: str | None = None) -> CkptctlConfi
         _check_keys(data, CkptctlConfig, "")
         run_root = data.get("run_root")
         return CkptctlConfig(
-            run_root=None if run_root is None else _scalar_str(run_root, "run_root"),
+            run_root=run_root,
             launch=_launch_from(_mapping(data.get("launch"), "launch")),
             recover=_recover_from(_mapping(data.get("recover"), "recover")),
             classify=_classify_from(_mapping(data.get("classify"), "classify")),

@@ -20,14 +20,41 @@ from typing import Any, Literal
 Category = Literal["infra", "job", "preemption", "unknown"]
 OnUnknown = Literal["resume", "stop"]
 DrainKind = Literal["slurm", "kubernetes", "none"]
-NextKind = Literal["done", "resume", "rollback-and-resume", "stop"]
+NextKind = Literal["done", "resume", "rollback-and-resume", "rollback-and-stop", "stop"]
+VerdictClass = Literal["good", "bad", "unverified"]
+Outcome = Literal["recovered", "resumed-unverified", "stopped", "dry-run", "plan-only"]
 
 #: examples/train.py (and any trainer following ckptctl.training) exits 75 after an
 #: emergency checkpoint on SIGTERM: a preemption of the relaunched job.
 PREEMPTED_EXIT_CODE = 75
 
+#: What each loss-watch verdict means for the recovery. ``good``: the resume is verified
+#: (the only way to the ``recovered`` outcome). ``bad``: the resume restored the wrong
+#: state (loss jump, NaN, steps replayed/skipped, the LR schedule restarted, the data
+#: position off): quarantine the checkpoint and every one the attempt wrote, fall back one.
+#: ``unverified``: the watch could not tell. A verdict missing here (one a newer watch
+#: adds) is ``unverified``: never read as a success, never acted on as a failure.
+VERDICT_CLASSES: dict[str, VerdictClass] = {
+    "continuous": "good",
+    "spike": "bad",
+    "nan": "bad",
+    "diverged": "bad",
+    "replayed-steps": "bad",
+    "skipped-steps": "bad",
+    "schedule-reset": "bad",
+    "tokens-mismatch": "bad",
+    "insufficient-data": "unverified",
+}
+
 #: Watch verdicts that mean the resume restored the wrong state: fall back one checkpoint.
-BAD_RESUME_VERDICTS = frozenset({"spike", "nan", "replayed-steps", "skipped-steps", "diverged"})
+BAD_RESUME_VERDICTS = frozenset(v for v, c in VERDICT_CLASSES.items() if c == "bad")
+
+
+def classify_verdict(verdict: str | None) -> VerdictClass:
+    """``good`` / ``bad`` / ``unverified`` for a watch verdict (``None``: no watch ran)."""
+    if verdict is None:
+        return "unverified"
+    return VERDICT_CLASSES.get(verdict, "unverified")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,6 +168,8 @@ class Attempt:
     watch_verdict: str | None
     """The loss watch's verdict, if it reached one."""
     stopped_by_watch: bool = False
+    still_running: bool = False
+    """The job was left running (``--detach``, or a scheduler job) after the watch decided."""
     interrupted_by: str | None = None
     """The signal (``SIGINT``, ``SIGTERM``) that interrupted ckptctl itself during the
     attempt; ckptctl stopped the job because of it."""
@@ -174,14 +203,21 @@ def decide_after_attempt(history: Sequence[Attempt], *, max_attempts: int) -> Ne
             f"interrupted: ckptctl received {last.interrupted_by} and stopped the job "
             f"(resumed from step {last.checkpoint_step}); not relaunching. Run recover again to continue",
         )
-    if last.watch_verdict in BAD_RESUME_VERDICTS:
+    if classify_verdict(last.watch_verdict) == "bad":
         if left <= 0:
-            return NextAction("stop", f"loss watch said {last.watch_verdict} and no attempts are left ({max_attempts})")
+            # Still quarantined: locate must not hand the bad state to the next person.
+            return NextAction(
+                "rollback-and-stop",
+                f"loss watch said {last.watch_verdict} and no attempts are left ({max_attempts}); "
+                "its checkpoints are quarantined",
+            )
         return NextAction(
             "rollback-and-resume",
             f"loss watch said {last.watch_verdict} after resuming from step {last.checkpoint_step}: "
             "quarantine that checkpoint and resume from the previous complete one",
         )
+    if last.still_running:
+        return NextAction("done", "the loss watch decided and the resumed job keeps running")
     if last.exit_code == 0:
         return NextAction("done", "the resumed job finished successfully")
     if len(history) >= 2:
@@ -204,5 +240,33 @@ def decide_after_attempt(history: Sequence[Attempt], *, max_attempts: int) -> Ne
     return NextAction("resume", f"the job failed (exit {last.exit_code}): locate the newest complete checkpoint and resume")
 
 
-#: Exit codes of `ckptctl recover` by outcome (also in the README).
-OUTCOME_EXIT = {"recovered": 0, "dry-run": 0, "stopped": 3}
+#: ``recover`` resumed the job (it finished, or runs on) but the watch never said
+#: ``continuous`` (too few points, no pre-failure log, a verdict recover does not know).
+RESUMED_UNVERIFIED_EXIT = 5
+
+#: Exit codes of `ckptctl recover` by outcome (also in the README). ``plan-only``: the
+#: invocation lacked what a real run needs (run root, ``--logs``/``--no-logs``): the plan
+#: was printed and nothing was done (a usage error).
+OUTCOME_EXIT: dict[str, int] = {
+    "recovered": 0,
+    "dry-run": 0,
+    "stopped": 3,
+    "resumed-unverified": RESUMED_UNVERIFIED_EXIT,
+    "plan-only": 2,
+}
+
+
+def outcome_when_done(last: Attempt) -> Outcome:
+    """``recovered`` only when the watch said continuous; else ``resumed-unverified``."""
+    return "recovered" if classify_verdict(last.watch_verdict) == "good" else "resumed-unverified"
+
+
+def unverified_reason(last: Attempt) -> str:
+    if last.watch_verdict is None:
+        why = "the loss watch gave no verdict (no pre-failure loss to compare with: pass --baseline or --logs)"
+    elif last.watch_verdict in VERDICT_CLASSES:
+        why = f"the loss watch said {last.watch_verdict}"
+    else:
+        why = f"the loss watch said {last.watch_verdict!r}, a verdict this recover does not know"
+    return f"resumed from step {last.checkpoint_step}, not verified: {why}"
+

@@ -15,13 +15,11 @@ or, in one call, ``launch(config, resume_from=..., dry_run=...)``.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
-import yaml
-
+# Config loading has its own module; these names stay importable from here.
+from ckptctl.adapters.config_file import CONFIG_FILE_NAME, load_config, parse_config_yaml
 from ckptctl.adapters.launcher import (
     LaunchError,
     LaunchResult,
@@ -35,11 +33,9 @@ from ckptctl.core.config import (
     ConfigOverrides,
     LaunchConfig,
     RecoverConfig,
-    apply_overrides,
-    config_from_dict,
 )
 from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, plan_capacity, plan_launch
-from ckptctl.errors import ConfigError, InputError, ProblemFound, UsageError
+from ckptctl.errors import ProblemFound, UsageError
 
 __all__ = [
     "CONFIG_FILE_NAME",
@@ -62,73 +58,8 @@ __all__ = [
     "run_launch",
 ]
 
-#: Looked for in the working directory when no ``--config`` is given.
-CONFIG_FILE_NAME = "ckptctl.yaml"
 #: ``--resume-from auto``: the newest complete checkpoint under the run root.
 RESUME_AUTO = "auto"
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` without YAML 1.1's base-60 integers.
-
-    Under plain ``yaml.safe_load``, ``nnodes: 1:4`` is the integer 64 (1*60+4),
-    a silent wrong node count. This loader constructs exactly what SafeLoader
-    does (no arbitrary objects) but reads ``1:4`` as the string it looks like.
-    """
-
-
-_ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
-
-
-def parse_config_yaml(text: str, *, source: str = CONFIG_FILE_NAME) -> CkptctlConfig:
-    """Parse ``ckptctl.yaml`` text; ``ConfigError`` (exit 2) names the file and the field."""
-    try:
-        data = yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader, see _ConfigLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from e
-    return config_from_dict(data, source=source)
-
-
-def load_config(
-    path: str | None = None,
-    overrides: ConfigOverrides | None = None,
-    *,
-    search_dir: str = ".",
-) -> CkptctlConfig:
-    """The config from ``path`` (or ``<search_dir>/ckptctl.yaml`` if present, else defaults),
-    with the command line's ``overrides`` applied.
-
-    Relative paths in the file (``script``, ``log_dir``, ``run_root``) are taken
-    relative to the working directory the job is launched from, as torchrun would.
-    """
-    if path is None:
-        default = CONFIG_FILE_NAME if search_dir == "." else os.path.join(search_dir, CONFIG_FILE_NAME)
-        path = default if os.path.isfile(default) else None
-    if path is None:
-        config = CkptctlConfig()
-    else:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError as e:
-            raise ConfigError(f"{path}: no such config file") from e
-        except IsADirectoryError as e:
-            raise ConfigError(f"{path}: is a directory, not a config file") from e
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"{path}: cannot read the config file: {e}") from e
-        config = parse_config_yaml(text, source=path)
-    return apply_overrides(config, overrides) if overrides is not None else config
 
 
 def resolve_resume_from(config: CkptctlConfig, value: str | None) -> str | None:

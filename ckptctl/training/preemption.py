@@ -11,6 +11,12 @@ to stop. It then writes a synchronous checkpoint and exits with
 A second delivery of the same signal while the first is pending restores the
 previous handler and re-delivers it: an operator who sends SIGTERM twice gets
 the default behaviour (immediate termination), not a wait.
+
+Slurm: ``#SBATCH --signal=USR1@<grace>`` sends SIGUSR1 before the time limit.
+The batch script that ``ckptctl recover``'s slurm backend writes sets
+``CKPTCTL_PREEMPTION_SIGNALS=USR1``; every watcher adds the signals named there
+(comma-separated names, with or without ``SIG``), so a trainer that asks for
+SIGTERM only also checkpoints on Slurm's warning.
 """
 
 from __future__ import annotations
@@ -27,6 +33,22 @@ from typing import Any
 #: failure, retry later". Distinct from a crash (1), a signal death (128+N) and a
 #: clean finish (0), so a supervisor can tell "preempted, checkpoint saved" apart.
 PREEMPTED_EXIT_CODE = 75
+#: Extra preemption signals for every watcher, e.g. ``USR1`` (set by ckptctl's Slurm batch script).
+PREEMPTION_SIGNALS_ENV = "CKPTCTL_PREEMPTION_SIGNALS"
+
+
+def signals_from_env(value: str | None = None) -> list[int]:
+    """The signals ``CKPTCTL_PREEMPTION_SIGNALS`` names (``USR1,SIGUSR2``); unknown names are ignored."""
+    text = os.environ.get(PREEMPTION_SIGNALS_ENV, "") if value is None else value
+    out: list[int] = []
+    for word in text.replace(" ", ",").split(","):
+        name = word.strip().upper()
+        if not name:
+            continue
+        sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
+        if isinstance(sig, signal.Signals) and int(sig) not in out:
+            out.append(int(sig))
+    return out
 
 
 class PreemptedExit(SystemExit):
@@ -53,6 +75,8 @@ class PreemptionWatcher:
         self._received: int | None = None
         self._previous: dict[int, Any] = {}
         nums = [int(s) for s in signals]
+        if nums:  # a watcher asked for nothing stays off; else the scheduler's warning joins in
+            nums += [n for n in signals_from_env() if n not in nums]
         if nums and threading.current_thread() is not threading.main_thread():
             raise RuntimeError(
                 "preemption signal handlers can only be installed from the main thread"

@@ -26,6 +26,10 @@ How the run goes wrong, chosen by the checkpoint it was resumed from:
   below: a new complete checkpoint, so the step advances), then rank 0 exits 1
   (torchrun: the job failed). Resumed from a later step it runs normally.
 
+``--emergency-save``: on SIGTERM (the watch's stop), rank 0 "saves" an emergency
+checkpoint ``step_<last step printed>`` the same way, prints ``ckptctl-train preempted
+... exit_code=75`` and exits 75, as ``ckptctl.training`` does.
+
 ``--save-at-step K``: after printing step K, rank 0 "saves" ``step_K`` next to
 the checkpoint it resumed from: a copy of that checkpoint (real DCP files), written
 under a temporary name and renamed, as a committed save is. Its content is the
@@ -97,6 +101,7 @@ def main() -> int:
     p.add_argument("--fail-after-steps", type=int, default=None)
     p.add_argument("--fail-below-step", type=int, default=None)
     p.add_argument("--save-at-step", type=int, default=None)
+    p.add_argument("--emergency-save", action="store_true")
     args = p.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
@@ -140,10 +145,23 @@ def main() -> int:
         and args.resume_from is not None
         and start >= args.spike_from_step
     )
+    last = [start]
+    if args.emergency_save and path is not None:
+        import signal
+
+        def on_term(_signum: int, _frame: object) -> None:
+            final = os.path.join(os.path.dirname(path or "."), f"step_{last[0]}")
+            if rank == 0 and last[0] > start and path is not None and not os.path.lexists(final):
+                saved = save_copy(path, last[0])
+                say(f"ckptctl-train preempted signal=SIGTERM step={last[0]} checkpoint={saved} exit_code=75")
+            raise SystemExit(75)
+
+        signal.signal(signal.SIGTERM, on_term)
     for step in range(start + 1, args.steps + 1):
         loss = curve_loss(step) + (SPIKE_JUMP if spiking else 0.0)
         if rank == 0:
             say(loss_line(step, loss))
+            last[0] = step
             if path is not None and step in (args.save_at_step, failing_after):
                 say(f"resume_job: saved {save_copy(path, step)}")
         if step == failing_after and rank == 0:  # after its save; the other ranks finish

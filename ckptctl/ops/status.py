@@ -1,0 +1,98 @@
+"""``ckptctl status ROOT`` and ``ckptctl incidents ROOT``: read-only views of a run root's recoveries.
+
+``status``: the job the last recovery started (``.ckptctl/job.json``: backend, job
+id, owner) and where it is now (Slurm: ``squeue``/``scontrol``/``sacct``; local: is
+the pid alive), and the last recovery's outcome and loss-watch verdict.
+``incidents``: the ``incident`` record of every recovery report the audit log
+points at, summarised by ``core.incidents.summarize_incidents``. Neither writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ckptctl.adapters import audit
+from ckptctl.adapters.storage import Storage
+from ckptctl.core.incidents import summarize_incidents
+from ckptctl.errors import CkptctlError
+from ckptctl.ops.recover_effects import JOB_FILE
+
+
+def _read_json(storage: Storage, path: str) -> dict[str, Any] | None:
+    try:
+        if storage.info(path) is None:
+            return None
+        doc = json.loads(storage.read_bytes(path).decode("utf-8", "replace"))
+    except (CkptctlError, ValueError, OSError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _reports(storage: Storage, root: str) -> list[dict[str, Any]]:
+    """Every recovery report the audit log names, oldest first."""
+    out = []
+    for rec in audit.read_log(storage, root).records:
+        if rec.get("action") != "recover" or not isinstance(rec.get("report"), str):
+            continue
+        url = rec["report"]
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        doc = _read_json(storage, storage.join(audit.state_dir(storage, root), name))
+        if doc is not None:
+            out.append(doc)
+    return out
+
+
+def _job_now(job: dict[str, Any]) -> dict[str, Any]:
+    backend, job_id = job.get("backend"), str(job.get("job_id") or "")
+    if backend == "slurm" and job_id:
+        from ckptctl.adapters import slurm
+
+        try:
+            return slurm.job_state(job_id).to_json()
+        except slurm.SlurmError as e:
+            return {"job_id": job_id, "state": "UNKNOWN", "error": e.message}
+    if backend == "local" and job_id.isdigit():
+        owner = job.get("owner") or {}
+        if owner.get("host") not in (None, audit.current_actor().host):
+            return {"job_id": job_id, "state": "UNKNOWN", "error": f"started on {owner.get('host')}, not this host"}
+        try:
+            os.kill(int(job_id), 0)
+            state = "RUNNING"
+        except ProcessLookupError:
+            state = "ENDED"
+        except PermissionError:
+            state = "RUNNING"
+        return {"job_id": job_id, "state": state}
+    return {"job_id": job_id or None, "state": "UNKNOWN"}
+
+
+def run_status(root: str) -> dict[str, Any]:
+    storage, path = Storage.open_directory(root)
+    job = _read_json(storage, storage.join(audit.state_dir(storage, path), JOB_FILE))
+    reports = _reports(storage, path)
+    last = reports[-1] if reports else None
+    verdict = None
+    if last and last.get("attempts"):
+        verdict = last["attempts"][-1].get("watch_verdict")
+    return {
+        "schema": "ckptctl.status/1",
+        "root": storage.url(path),
+        "job": None if job is None else {**job, "now": _job_now(job)},
+        "last_recovery": None
+        if last is None
+        else {
+            "outcome": last.get("outcome"),
+            "reason": last.get("reason"),
+            "ended": last.get("ended"),
+            "report": last.get("report_path"),
+            "watch_verdict": verdict,
+        },
+    }
+
+
+def run_incidents(root: str) -> dict[str, Any]:
+    storage, path = Storage.open_directory(root)
+    records = [r["incident"] for r in _reports(storage, path) if isinstance(r.get("incident"), dict)]
+    return {"schema": "ckptctl.incidents/1", "root": storage.url(path), **summarize_incidents(records)}
