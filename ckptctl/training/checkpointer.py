@@ -806,7 +806,12 @@ class Checkpointer:
         Every checkpoint passed over is logged and listed in ``LoadResult.skipped``.
         """
         from ckptctl.runroot.locate import find_latest_complete
+        from ckptctl.runroot.reports import CheckOptions
 
+        # The caller's state decides what a resume needs: a checkpoint holding only a model is
+        # right for a state that holds only a model (DCP's load refuses a missing key anyway), so
+        # the library does not apply `locate`'s model-only skip meant for the CLI's resume.
+        opts = CheckOptions(include_model_only=True)
         root_url = root or self.root
         skipped: list[str] = []
         before: int | None = None
@@ -814,7 +819,7 @@ class Checkpointer:
             info: dict[str, Any] | None = None
             if self.rank == 0:
                 try:
-                    found = find_latest_complete(root_url, before_step=before)
+                    found = find_latest_complete(root_url, before_step=before, options=opts)
                     info = {
                         "path": found.checkpoint.path if found.checkpoint else None,
                         "step": found.checkpoint.step if found.checkpoint else None,
