@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import posixpath
+import stat as stat_mod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,50 @@ T = TypeVar("T")
 
 #: JSON object of fsspec storage options applied to every URL (e.g. an S3 endpoint).
 STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
+#: The most ``read_bytes`` reads of a whole file (``.metadata``, manifests, pointer files):
+#: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
+MAX_WHOLE_READ_BYTES = 512 << 20
+
+
+class SpecialFileError(StorageError):
+    """A FIFO, socket or device where a regular file was expected: refused without opening it."""
+
+
+class FileTooLargeError(StorageError):
+    """A whole-file read of something bigger than the caller's cap."""
+
+
+def _kind_of(mode: int) -> str | None:
+    """What a non-regular, non-directory file is ("a FIFO"...), or None for regular files and dirs."""
+    if stat_mod.S_ISREG(mode) or stat_mod.S_ISDIR(mode):
+        return None
+    if stat_mod.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat_mod.S_ISSOCK(mode):
+        return "a socket"
+    if stat_mod.S_ISCHR(mode) or stat_mod.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _open_regular(path: str) -> int:
+    """Open a local file for reading, refusing special files: ``stat`` first (a FIFO would block
+    ``open``), then ``O_NONBLOCK`` and ``fstat`` again (it may have been swapped in between)."""
+    kind = _kind_of(os.stat(path).st_mode)
+    if kind is None:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            kind = _kind_of(st.st_mode)
+            if kind is None and stat_mod.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            if kind is None:
+                os.set_blocking(fd, True)
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+    raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,26 +299,39 @@ class Storage:
 
         return self._call("stat", path, run)
 
-    def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The bytes of ``path`` (or ``[start, end)`` of it) in one request."""
+    def read_bytes(
+        self, path: str, start: int | None = None, end: int | None = None, *, max_bytes: int | None = None
+    ) -> bytes:
+        """The bytes of ``path`` (or ``[start, end)`` of it) in one request.
+
+        A whole-file read (no ``end``) stops after ``max_bytes`` (default
+        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused.
+        """
+        cap = MAX_WHOLE_READ_BYTES if max_bytes is None else max_bytes
+        whole = end is None
 
         def run() -> bytes:
             if self.is_local:
-                with open(path, "rb") as f:
+                with open(_open_regular(path), "rb", closefd=True) as f:
                     if start:
                         f.seek(start)
-                    return f.read() if end is None else f.read(end - (start or 0))
-            if start is None and end is None:
-                return bytes(self.fs.cat_file(path))
+                    return f.read(cap + 1) if end is None else f.read(end - (start or 0))
+            if whole:
+                return bytes(self.fs.cat_file(path, start=start, end=(start or 0) + cap + 1))
             return bytes(self.fs.cat_file(path, start=start, end=end))
 
-        return self._call("read", path, run)
+        data = self._call("read", path, run)
+        if whole and len(data) > cap:
+            raise FileTooLargeError(
+                f"{self.url(path)}: larger than {cap >> 20} MiB, refused (not read whole)"
+            )
+        return data
 
     @contextmanager
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
-            f = self._call("open", path, lambda: open(path, "rb", buffering=0))  # noqa: SIM115
+            f = self._call("open", path, lambda: open(_open_regular(path), "rb", buffering=0))  # noqa: SIM115
         else:
             f = self._call(
                 "open",
