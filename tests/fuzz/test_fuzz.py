@@ -100,7 +100,7 @@ FIELDS = [
 
 
 def _edit_field(metadata: bytes, where: str, name: str, value: Any) -> bytes:
-    md = pickle.loads(metadata)  # noqa: S301 - our own file, written by dcp.save in this test
+    md = pickle.loads(metadata)  # our own file, written by dcp.save in this test
     tensor = md.state_dict_metadata["w"]
     index, info = next((k, v) for k, v in md.storage_data.items() if k.fqn == "w")
     obj = {"md": md, "tensor": tensor, "properties": tensor.properties, "chunk": tensor.chunks[0],
