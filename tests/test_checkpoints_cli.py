@@ -121,6 +121,9 @@ def test_verify_exit_codes_and_json(run_root: Path) -> None:
     doc = json.loads(deep.stdout)
     assert doc["checkpoints"][0]["status"] == "corrupt"
     assert any("CRC-32 mismatch" in p for p in doc["checkpoints"][0]["problems"])
+    details = doc["checkpoints"][0]["problem_details"]
+    assert [d["code"] for d in details] == ["record-corrupt"] * len(details)
+    assert set(details[0]) >= {"code", "severity", "message"} and details[0]["severity"] == "corrupt"
     whole = run("verify", str(run_root), "--json")
     assert whole.returncode == 0 and json.loads(whole.stdout)["run_root"] is True
     bad_ws = run("verify", str(run_root / "step_30"), "--world-size", "8")

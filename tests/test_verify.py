@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from ckptctl.core.manifest import MANIFEST_NAME
+from ckptctl.core.verify import PROBLEM_CODES
 from ckptctl.ops.checkpoints import (
     CheckOptions,
+    CheckpointReport,
     find_latest_complete,
     list_checkpoints,
     verify_checkpoint,
@@ -25,6 +27,14 @@ from tests.damage import (
     truncate,
     write_manifest,
 )
+
+
+def codes(report: CheckpointReport) -> set[str]:
+    """The problem codes of a report; every problem must carry a known one."""
+    found = {p.code for p in report.problem_details}
+    assert found <= PROBLEM_CODES, found - PROBLEM_CODES
+    assert len(report.problem_details) == len(report.problems)
+    return found
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
@@ -45,6 +55,7 @@ def test_world_size_assertion(golden: dict[int, Path], world: int) -> None:
     other = verify_checkpoint(path, world_size=world + 1)
     assert other.status == "incomplete"
     assert any("expected" in p for p in other.problems)
+    assert codes(other) == {"world-size-mismatch"}
 
 
 def test_ddp_dedup_zero_byte_shards_are_legitimate(golden: dict[int, Path]) -> None:
@@ -84,6 +95,7 @@ def test_missing_metadata_is_incomplete(run_root: Path) -> None:
     r = verify_checkpoint(str(run_root / "step_30"))
     assert r.status == "incomplete"
     assert any("no .metadata" in p for p in r.problems)
+    assert codes(r) == {"metadata-missing"}
 
 
 @pytest.mark.parametrize(
@@ -103,6 +115,7 @@ def test_bad_metadata_is_corrupt(run_root: Path, content: bytes | None, expect: 
     r = verify_checkpoint(str(run_root / "step_30"))
     assert r.status == "corrupt"
     assert any(expect in p for p in r.problems), r.problems
+    assert codes(r) == {"metadata-corrupt"}
 
 
 def test_hostile_metadata_is_refused_and_never_runs(run_root: Path, tmp_path: Path) -> None:
@@ -111,6 +124,7 @@ def test_hostile_metadata_is_refused_and_never_runs(run_root: Path, tmp_path: Pa
     r = verify_checkpoint(str(run_root / "step_30"), deep=True)
     assert r.status == "corrupt"
     assert any("disallowed global" in p for p in r.problems)
+    assert codes(r) == {"hostile-pickle"}
     assert not marker.exists()
     # and locate falls back past it
     assert find_latest_complete(str(run_root)).checkpoint.name == "step_20"  # type: ignore[union-attr]
@@ -130,6 +144,7 @@ def test_missing_rank_shard_is_incomplete(run_root: Path) -> None:
     r = verify_checkpoint(str(run_root / "step_30"))
     assert r.status == "incomplete"
     assert any("shard missing: __1_0.distcp" in p for p in r.problems)
+    assert "shard-missing" in codes(r)
 
 
 @pytest.mark.parametrize("fraction", [0.5, 0.0, 0.999])
@@ -138,6 +153,7 @@ def test_truncated_shard_is_corrupt(run_root: Path, fraction: float) -> None:
     r = verify_checkpoint(str(run_root / "step_30"))
     assert r.status == "corrupt"
     assert any("shard truncated: __0_0.distcp" in p for p in r.problems)
+    assert "shard-truncated" in codes(r)
 
 
 def test_every_problem_is_reported_not_just_the_first(run_root: Path) -> None:
@@ -146,6 +162,7 @@ def test_every_problem_is_reported_not_just_the_first(run_root: Path) -> None:
     r = verify_checkpoint(str(run_root / "step_30"))
     assert len(r.problems) >= 2
     assert r.status == "corrupt"
+    assert {"shard-missing", "shard-truncated"} <= codes(r)
 
 
 def test_temp_dir_beside_complete_ones_is_never_complete(run_root: Path) -> None:
@@ -157,6 +174,7 @@ def test_temp_dir_beside_complete_ones_is_never_complete(run_root: Path) -> None
     assert by_name["step_40.tmp-9f2c"].status == "incomplete"
     assert by_name["step_40.tmp-9f2c"].is_temp
     assert by_name["tmp-checkpoint-50"].status == "incomplete"
+    assert codes(by_name["step_40.tmp-9f2c"]) == {"temp-dir"}
     assert [c.name for c in listing.checkpoints][:2] == ["tmp-checkpoint-50", "step_40.tmp-9f2c"]
     loc = find_latest_complete(str(run_root))
     assert loc.checkpoint is not None and loc.checkpoint.name == "step_30"
@@ -193,6 +211,7 @@ def test_bit_flip_needs_deep_without_manifest(run_root: Path) -> None:
     deep = verify_checkpoint(str(ckpt), deep=True)
     assert deep.status == "corrupt"
     assert any("CRC-32 mismatch" in p for p in deep.problems), deep.problems
+    assert codes(deep) == {"record-corrupt"}
     loc = find_latest_complete(str(run_root), deep=True)
     assert loc.checkpoint is not None and loc.checkpoint.name == "step_20"
 
@@ -211,6 +230,7 @@ def test_bit_flip_with_manifest_is_caught_by_both_checks(run_root: Path) -> None
     assert deep.status == "corrupt"
     assert any("CRC-32 mismatch" in p for p in deep.problems)
     assert any(p.startswith("checksum mismatch: " + shard) for p in deep.problems), deep.problems
+    assert codes(deep) == {"record-corrupt", "checksum-mismatch"}
 
 
 def test_manifest_checksum_catches_a_flip_outside_records(run_root: Path) -> None:
@@ -231,12 +251,14 @@ def test_manifest_sizes_and_commit_marker(run_root: Path) -> None:
     (ckpt / ".ckptctl-committed").unlink()
     r = verify_checkpoint(str(ckpt))
     assert r.status == "incomplete" and r.committed is False
+    assert codes(r) == {"uncommitted"}
     write_manifest(ckpt, step=30, world_size=2)
     with open(ckpt / "__0_0.distcp", "ab") as f:
         f.write(b"\0" * 10)  # longer than recorded: records still fit, manifest disagrees
     r = verify_checkpoint(str(ckpt))
     assert r.status == "corrupt"
     assert any("the manifest recorded" in p for p in r.problems)
+    assert codes(r) == {"manifest-mismatch"}
     write_manifest(ckpt, step=99, world_size=2)
     assert any("directory name says step 30" in p for p in verify_checkpoint(str(ckpt)).problems)
 
@@ -247,6 +269,7 @@ def test_manifest_names_a_missing_rank(run_root: Path) -> None:
     r = verify_checkpoint(str(ckpt))
     assert r.status == "incomplete"
     assert any("rank(s) [2, 3]" in p for p in r.problems)
+    assert codes(r) == {"rank-missing"}
 
 
 def test_hostile_byte_record_is_found_by_deep_scan(golden: dict[int, Path], tmp_path: Path) -> None:
@@ -255,6 +278,7 @@ def test_hostile_byte_record_is_found_by_deep_scan(golden: dict[int, Path], tmp_
     r = verify_checkpoint(str(path), deep=True)
     assert r.status == "corrupt"
     assert any("posix.system" in p and "extra.evil" in p for p in r.problems), r.problems
+    assert "hostile-pickle" in codes(r)
     assert not (golden[2] / "PWNED").exists()
 
 
@@ -269,6 +293,7 @@ def test_relative_path_escaping_the_directory_is_corrupt(run_root: Path) -> None
     r = verify_checkpoint(str(ckpt))
     assert r.status == "corrupt"
     assert any("escapes the checkpoint directory" in p for p in r.problems)
+    assert "path-escape" in codes(r)
 
 
 def test_nested_hf_fsdp_layout_is_the_union(golden: dict[int, Path], tmp_path: Path) -> None:
@@ -297,6 +322,7 @@ def test_non_dcp_checkpoints_are_unsupported_not_judged(tmp_path: Path) -> None:
     res = list_checkpoints(str(root))
     assert res.checkpoints[0].status == "unsupported"
     assert res.checkpoints[0].kind == "deepspeed"
+    assert codes(res.checkpoints[0]) == {"unsupported-format"}
     assert res.pointers[0].names == "global_step30"
     assert find_latest_complete(str(root)).checkpoint is None
 
@@ -338,6 +364,7 @@ def test_check_finite_flags_nan(tmp_path: Path) -> None:
     r = verify_checkpoint(str(tmp_path / "step_1"), check_finite=True)
     assert r.status == "corrupt"
     assert any("1 NaN, 1 Inf" in p for p in r.problems), r.problems
+    assert codes(r) == {"non-finite"}
 
 
 def test_read_only_commands_write_nothing(run_root: Path) -> None:
@@ -375,7 +402,7 @@ def test_manifest_file_name_constant() -> None:
 
 def test_streaming_path_for_large_records_agrees(run_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records above the in-memory limit are checked member by member; same verdicts."""
-    import ckptctl.ops.checkpoints as ops
+    import ckptctl.runroot.deep as ops
 
     monkeypatch.setattr(ops, "_WHOLE_RECORD_MAX_BYTES", 1000)
     monkeypatch.setattr(ops, "_STREAM_CHUNK_BYTES", 700)
@@ -431,6 +458,7 @@ def test_nested_layout_with_no_committed_dcp_dir_is_incomplete_not_unsupported(
     assert r.kind == "dcp-nested"
     assert r.status == "incomplete"
     assert r.problems == ["pytorch_model_fsdp_0/: no .metadata: the save never committed"]
+    assert codes(r) == {"metadata-missing"}
 
 
 def test_fp4_and_e8m0_checkpoints_are_complete_and_a_future_dtype_is_not_hostile(

@@ -1,8 +1,10 @@
-"""The run root's audit log: ``<root>/.ckptctl/audit.jsonl``, one JSON object per line.
+"""The run root's audit log file: ``<root>/.ckptctl/audit.jsonl``, one JSON object per line.
 
-Every mutation ckptctl makes to a run root (quarantine, restore, breaking a stale
-lock) appends one record; the schema is in docs/rollback.md and is a contract
-(add keys, never rename). Appends happen while the run-root lock is held, which
+This is the file primitive (append one line, read them back, who is acting). The
+records themselves are typed, one frozen dataclass per action, in
+``ckptctl.runroot.audit``; write through ``runroot.audit.write``. Every mutation
+ckptctl makes to a run root appends one record; the schema is in docs/rollback.md
+and is a contract (add keys, never rename). Appends happen while the run-root lock is held, which
 matters on object stores: there an append is a read-modify-write of the whole
 object, so two unlocked writers could lose a line.
 """
@@ -19,10 +21,21 @@ from typing import Any
 
 from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
+from ckptctl.core.names import STATE_DIR_NAME
 from ckptctl.core.rollback import Actor
 
-#: ckptctl's own folder inside a run root (never a checkpoint name: locate ignores it).
-STATE_DIR_NAME = ".ckptctl"
+__all__ = [
+    "AUDIT_LOG_NAME",
+    "STATE_DIR_NAME",
+    "AuditLog",
+    "append_record",
+    "audit_log_path",
+    "current_actor",
+    "current_user",
+    "read_log",
+    "state_dir",
+]
+
 AUDIT_LOG_NAME = "audit.jsonl"
 
 

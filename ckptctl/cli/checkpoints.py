@@ -94,7 +94,7 @@ def list_cmd(
         for col in ("STEP", "NAME", "STATUS", "WORLD", "SIZE", "MODIFIED", "REASON"):
             table.add_column(col, no_wrap=col != "REASON")
         for c in result.checkpoints:
-            mtime = ops._iso(c.mtime_s) or "-"
+            mtime = ops.iso_time(c.mtime_s) or "-"
             table.add_row(
                 str(c.step) if c.step is not None else "-",
                 escape(c.name),
@@ -137,7 +137,7 @@ def locate_cmd(
     elif result.checkpoint is not None:
         out.print_line(result.checkpoint.path)
     for p in result.pointers:
-        if result.checkpoint is not None and not ops._pointer_agrees(p, result.checkpoint):
+        if result.checkpoint is not None and not ops.pointer_agrees(p, result.checkpoint):
             out.warn(f"{p.file} names {p.names!r}, but the newest complete checkpoint is {result.checkpoint.name}")
     if result.checkpoint is None:
         where = f" older than step {before}" if before is not None else ""

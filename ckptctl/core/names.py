@@ -1,5 +1,10 @@
 """Checkpoint directory names: which framework wrote it, which step, and whether it is final.
 
+This module owns every name ckptctl itself gives a directory in a run root: its own
+``step_N`` and ``step_N.tmp-<token>`` (the training library), quarantine names
+(``rollback``), superseded and to-be-deleted names (training, retention) and its
+state folder ``.ckptctl``. Nothing else formats or parses them.
+
 Order matters: the first pattern that matches a name wins. Temp markers are
 checked on the whole name, so ``tmp-checkpoint-500`` (HF's staging name) and
 ``step_120.tmp-ab12`` (ckptctl's) are both temporary. A temporary or
@@ -13,6 +18,20 @@ from dataclasses import dataclass
 
 #: Suffix ckptctl's rollback appends: ``step_120.quarantined-20261121T031200Z``.
 QUARANTINE_TAG = ".quarantined-"
+#: Quarantine stamp format: UTC, ISO 8601 basic, to the second (sorts as text).
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+#: ckptctl's own folder inside a run root (lock, audit log, recovery reports); never a
+#: checkpoint name, so ``locate`` ignores it.
+STATE_DIR_NAME = ".ckptctl"
+#: Marker of ckptctl's temporary names: ``step_N.tmp-<token>`` (a save in progress) and
+#: ``step_N.tmp-deleting-<hex>`` (retention purging it).
+TEMP_TAG = ".tmp-"
+_DELETING = "deleting-"
+_SUPERSEDED = "superseded-"
+
+# ckptctl's own names (the training library writes only these; retention touches only these).
+_CKPTCTL_FINAL = re.compile(r"^step_(?P<step>\d+)$")
+_CKPTCTL_TEMP = re.compile(r"^step_(?P<step>\d+)\.tmp-[0-9A-Za-z-]+$")
 
 # (framework, regex). The step is group "step". Anchored on the left so that
 # "my_step_1" is not a checkpoint; the tail (?P<tail>...) may hold a temp marker.
@@ -90,3 +109,49 @@ def unquarantine_name(name: str) -> str | None:
 def newest_first_key(cn: CheckpointName) -> tuple[int, int, str]:
     """Sort key: higher step first; at equal steps a final name before a temp one."""
     return (-cn.step, 1 if not cn.is_candidate else 0, cn.name)
+
+
+# ---------------------------------------------------------------------------------------
+# ckptctl's own names
+# ---------------------------------------------------------------------------------------
+
+
+def step_dir_name(step: int) -> str:
+    """The final name of ckptctl's checkpoint at ``step``: ``step_120``."""
+    return f"step_{step}"
+
+
+def temp_dir_name(step: int, token: str) -> str:
+    """Where a save of ``step`` is written before its commit: ``step_120.tmp-<token>``."""
+    return f"{step_dir_name(step)}{TEMP_TAG}{token}"
+
+
+def deleting_name(name: str, token: str) -> str:
+    """A directory retention hid before purging it: ``step_120.tmp-deleting-<token>``
+    (a temporary name: never complete; a later pass removes it if the purge never ran)."""
+    return f"{name}{TEMP_TAG}{_DELETING}{token}"
+
+
+def superseded_name(name: str, token: str) -> str:
+    """An older ``step_N`` moved aside by a new save at the same step (a quarantine name)."""
+    return quarantine_name(name, f"{_SUPERSEDED}{token}")
+
+
+@dataclass(frozen=True, slots=True)
+class OwnName:
+    """One of the names ckptctl's training library writes."""
+
+    step: int
+    is_temp: bool
+    """``step_N.tmp-<token>`` (an uncommitted or abandoned save, or a hidden one)."""
+
+
+def parse_own_name(name: str) -> OwnName | None:
+    """``step_N`` or ``step_N.tmp-<token>``; None for any other name (left alone)."""
+    m = _CKPTCTL_FINAL.match(name)
+    if m is not None:
+        return OwnName(step=int(m.group("step")), is_temp=False)
+    m = _CKPTCTL_TEMP.match(name)
+    if m is not None:
+        return OwnName(step=int(m.group("step")), is_temp=True)
+    return None

@@ -26,6 +26,7 @@ from typing import Any
 
 from ckptctl.core.names import (
     QUARANTINE_TAG,
+    STAMP_FORMAT,
     parse_checkpoint_name,
     quarantine_name,
     unquarantine_name,
@@ -37,9 +38,6 @@ RESTORE = "restore"
 
 #: The only status a fallback (or the next ``locate``) may have.
 COMPLETE = "complete"
-
-#: ``now_stamp`` format: UTC, ISO 8601 basic, to the second (sorts as text).
-STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 # Refusal codes (the JSON ``refused.code`` field): a contract, add, never rename.
 NOTHING_TO_ROLL_BACK = "nothing-to-roll-back"

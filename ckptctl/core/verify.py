@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from ckptctl.core.dcp import DTYPE_ITEMSIZE, RANK_METADATA_NAME, DcpIndex, shard_rank
 from ckptctl.core.manifest import Manifest
@@ -29,10 +29,100 @@ CORRUPT: Severity = "corrupt"
 UNSUPPORTED: Severity = "unsupported"
 
 
+# Problem codes: stable, for scripts, CI gates and decisions (never read a message's text).
+# A closed set: every Problem ckptctl constructs carries one of these. A contract: add
+# codes, never rename one (README and docs/architecture.md carry the table).
+ProblemCode = Literal[
+    "temp-dir",
+    "quarantined",
+    "empty-dir",
+    "unsupported-format",
+    "metadata-missing",
+    "metadata-corrupt",
+    "hostile-pickle",
+    "read-failed",
+    "manifest-corrupt",
+    "uncommitted",
+    "marker-mismatch",
+    "index-invalid",
+    "path-escape",
+    "record-too-small",
+    "shard-missing",
+    "shard-truncated",
+    "rank-missing",
+    "rank-out-of-range",
+    "world-size-unknown",
+    "world-size-mismatch",
+    "manifest-file-missing",
+    "manifest-mismatch",
+    "checksum-mismatch",
+    "record-corrupt",
+    "non-finite",
+]
+TEMP_DIR: ProblemCode = "temp-dir"
+"""The directory name carries a temp marker: being written, or abandoned mid-save."""
+QUARANTINED: ProblemCode = "quarantined"
+"""Renamed aside by ``ckptctl rollback`` (``.quarantined-``); undo restores it."""
+EMPTY_DIR: ProblemCode = "empty-dir"
+"""The directory holds nothing."""
+UNSUPPORTED_FORMAT: ProblemCode = "unsupported-format"
+"""Not a format ckptctl can prove complete (DeepSpeed, HF without DCP, torch.save, unknown)."""
+METADATA_MISSING: ProblemCode = "metadata-missing"
+"""DCP shards but no ``.metadata``: the save never committed."""
+METADATA_CORRUPT: ProblemCode = "metadata-corrupt"
+"""``.metadata`` (or ``__r.metadata``) is empty or does not parse."""
+HOSTILE_PICKLE: ProblemCode = "hostile-pickle"
+"""A pickle (``.metadata`` or a record's ``data.pkl``) names a global outside the allow-list."""
+READ_FAILED: ProblemCode = "read-failed"
+"""A file the check needs could not be read (permission, I/O error, vanished)."""
+MANIFEST_CORRUPT: ProblemCode = "manifest-corrupt"
+"""ckptctl's manifest (``ckptctl.json``) does not parse."""
+UNCOMMITTED: ProblemCode = "uncommitted"
+"""A manifest without its commit marker: ckptctl's save never committed."""
+MARKER_MISMATCH: ProblemCode = "marker-mismatch"
+"""The commit marker does not match the manifest beside it."""
+INDEX_INVALID: ProblemCode = "index-invalid"
+"""The ``.metadata`` index is structurally unsound (chunks, sizes, entries, overlaps)."""
+PATH_ESCAPE: ProblemCode = "path-escape"
+"""A ``relative_path`` is not a plain file name inside the checkpoint directory."""
+RECORD_TOO_SMALL: ProblemCode = "record-too-small"
+"""A tensor record is shorter than the tensor's raw bytes."""
+SHARD_MISSING: ProblemCode = "shard-missing"
+"""A file the index needs does not exist."""
+SHARD_TRUNCATED: ProblemCode = "shard-truncated"
+"""A shard is shorter than the byte ranges its records need."""
+RANK_MISSING: ProblemCode = "rank-missing"
+"""A rank's shard file or rank-local metadata is missing."""
+RANK_OUT_OF_RANGE: ProblemCode = "rank-out-of-range"
+"""Shard files from ranks at or above the recorded world size."""
+WORLD_SIZE_UNKNOWN: ProblemCode = "world-size-unknown"
+"""``--world-size`` was asked for but the writer world size cannot be known."""
+WORLD_SIZE_MISMATCH: ProblemCode = "world-size-mismatch"
+"""Written by a world size other than ``--world-size``."""
+MANIFEST_FILE_MISSING: ProblemCode = "manifest-file-missing"
+"""A file the manifest lists does not exist."""
+MANIFEST_MISMATCH: ProblemCode = "manifest-mismatch"
+"""A file's size, or the step, differs from what the manifest recorded."""
+CHECKSUM_MISMATCH: ProblemCode = "checksum-mismatch"
+"""(--deep) A file's CRC-32 differs from the manifest's."""
+RECORD_CORRUPT: ProblemCode = "record-corrupt"
+"""(--deep) A record is damaged: a member CRC-32 mismatch, a malformed or cut zip, an
+undecodable tensor, a writer extension that does not decode."""
+NON_FINITE: ProblemCode = "non-finite"
+"""(--check-finite) A tensor holds NaN or Inf."""
+
+PROBLEM_CODES: frozenset[str] = frozenset(get_args(ProblemCode))
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     severity: Severity
     message: str
+    code: ProblemCode = field(kw_only=True)
+    """Stable identifier of the kind of problem (one of ``PROBLEM_CODES``)."""
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "severity": self.severity, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +188,7 @@ def check_index(
     uncovered: list[str] = []
     for t in index.tensors.values():
         if len(t.size) and any(d < 0 for d in t.size):
-            out.problems.append(Problem(CORRUPT, f"{where}tensor {t.fqn} has a negative size {t.size}"))
+            out.problems.append(Problem(CORRUPT, f"{where}tensor {t.fqn} has a negative size {t.size}", code=INDEX_INVALID))
             continue
         covered = 0
         for c in t.chunks:
@@ -106,12 +196,12 @@ def check_index(
                 missing_entries.append(f"{t.fqn}{list(c.offsets)}")
             if len(c.offsets) != len(t.size) or len(c.sizes) != len(t.size):
                 out.problems.append(
-                    Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk rank does not match tensor rank {len(t.size)}")
+                    Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk rank does not match tensor rank {len(t.size)}", code=INDEX_INVALID)
                 )
                 break
             if any(o < 0 or s < 0 or o + s > d for o, s, d in zip(c.offsets, c.sizes, t.size, strict=True)):
                 out.problems.append(
-                    Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk at {list(c.offsets)} size {list(c.sizes)} lies outside {list(t.size)}")
+                    Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk at {list(c.offsets)} size {list(c.sizes)} lies outside {list(t.size)}", code=INDEX_INVALID)
                 )
                 break
             covered += c.numel
@@ -122,7 +212,7 @@ def check_index(
                     uncovered.append(t.fqn)
                 else:
                     out.problems.append(
-                        Problem(CORRUPT, f"{where}tensor {t.fqn}: chunks cover {covered} of {t.numel} elements")
+                        Problem(CORRUPT, f"{where}tensor {t.fqn}: chunks cover {covered} of {t.numel} elements", code=INDEX_INVALID)
                     )
     if uncovered:
         out.problems.append(
@@ -130,6 +220,7 @@ def check_index(
                 INCOMPLETE,
                 f"{where}{len(uncovered)} tensor(s) only partly covered by the rank-local metadata present "
                 f"(e.g. {uncovered[0]}): a rank's __r.metadata is missing",
+                code=RANK_MISSING,
             )
         )
     for fqn in index.byte_fqns:
@@ -139,11 +230,11 @@ def check_index(
         shown = ", ".join(missing_entries[:5])
         more = f" and {len(missing_entries) - 5} more" if len(missing_entries) > 5 else ""
         out.problems.append(
-            Problem(CORRUPT, f"{where}{len(missing_entries)} saved value(s) have no storage entry: {shown}{more}")
+            Problem(CORRUPT, f"{where}{len(missing_entries)} saved value(s) have no storage entry: {shown}{more}", code=INDEX_INVALID)
         )
     dups = [k for k, n in keys.items() if n > 1]
     if dups and not rank_local:
-        out.problems.append(Problem(CORRUPT, f"{where}{len(dups)} storage entries are duplicated (e.g. {dups[0][0]})"))
+        out.problems.append(Problem(CORRUPT, f"{where}{len(dups)} storage entries are duplicated (e.g. {dups[0][0]})", code=INDEX_INVALID))
 
     # -- byte ranges against files -----------------------------------------------------
     per_file: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -169,12 +260,12 @@ def check_index(
             if chunk is not None and itemsize and item.length < chunk.numel * itemsize:
                 too_small.append(item.fqn)
     for rel in sorted(bad_paths):
-        out.problems.append(Problem(CORRUPT, f"{where}relative_path {rel!r} escapes the checkpoint directory"))
+        out.problems.append(Problem(CORRUPT, f"{where}relative_path {rel!r} escapes the checkpoint directory", code=PATH_ESCAPE))
     if bad_ranges:
-        out.problems.append(Problem(CORRUPT, f"{where}{bad_ranges} storage entries have a negative offset or length"))
+        out.problems.append(Problem(CORRUPT, f"{where}{bad_ranges} storage entries have a negative offset or length", code=INDEX_INVALID))
     if too_small:
         out.problems.append(
-            Problem(CORRUPT, f"{where}{len(too_small)} tensor record(s) are smaller than their raw data (e.g. {too_small[0]})")
+            Problem(CORRUPT, f"{where}{len(too_small)} tensor record(s) are smaller than their raw data (e.g. {too_small[0]})", code=RECORD_TOO_SMALL)
         )
     for rel in sorted(per_file):
         ranges = sorted(per_file[rel])
@@ -187,7 +278,7 @@ def check_index(
         shown = _prefixed(prefix, rel)
         if size is None:
             out.problems.append(
-                Problem(INCOMPLETE, f"shard missing: {shown} (holds {len(ranges)} record(s))")
+                Problem(INCOMPLETE, f"shard missing: {shown} (holds {len(ranges)} record(s))", code=SHARD_MISSING)
             )
             continue
         if size < end_needed:
@@ -197,6 +288,7 @@ def check_index(
                     CORRUPT,
                     f"shard truncated: {shown} is {size} bytes, its records need {end_needed} "
                     f"({cut} of {len(ranges)} record(s) cut)",
+                    code=SHARD_TRUNCATED,
                 )
             )
         elif size > end_needed:
@@ -204,7 +296,7 @@ def check_index(
         prev_end = 0
         for o, n, fqn in ranges:
             if o < prev_end:
-                out.problems.append(Problem(CORRUPT, f"{shown}: records overlap at offset {o} ({fqn})"))
+                out.problems.append(Problem(CORRUPT, f"{shown}: records overlap at offset {o} ({fqn})", code=INDEX_INVALID))
                 break
             prev_end = o + n
     return out
@@ -243,12 +335,12 @@ def check_world_size(
         beyond = sorted(r for r in (on_disk | ranks_referenced) if r >= ws.value)
         if beyond and ws.source != "shard names":
             problems.append(
-                Problem(CORRUPT, f"shard files from rank(s) {beyond} but the {ws.source} says world size {ws.value}")
+                Problem(CORRUPT, f"shard files from rank(s) {beyond} but the {ws.source} says world size {ws.value}", code=RANK_OUT_OF_RANGE)
             )
         absent = sorted(set(range(ws.value)) - on_disk)
         if absent and on_disk:
             if ws.source == "manifest":
-                problems.append(Problem(INCOMPLETE, f"no shard file from rank(s) {absent} of {ws.value}"))
+                problems.append(Problem(INCOMPLETE, f"no shard file from rank(s) {absent} of {ws.value}", code=RANK_MISSING))
             else:
                 notes.append(
                     f"no shard file from rank(s) {absent}: DCP leaves a file even for a rank with "
@@ -256,7 +348,7 @@ def check_world_size(
                 )
     if expected is not None:
         if ws.value is None:
-            problems.append(Problem(INCOMPLETE, f"world size unknown, expected {expected}"))
+            problems.append(Problem(INCOMPLETE, f"world size unknown, expected {expected}", code=WORLD_SIZE_UNKNOWN))
         elif ws.value != expected:
             how = "at least " if ws.source == "shard names" and ws.value < expected else ""
             problems.append(
@@ -265,6 +357,7 @@ def check_world_size(
                     f"written by world size {ws.value} ({ws.source}), expected {how}{expected}"
                     if not how
                     else f"shard names show only {ws.value} rank(s), expected {expected}",
+                    code=WORLD_SIZE_MISMATCH,
                 )
             )
     return problems, notes
@@ -277,7 +370,7 @@ def check_rank_local_names(names: Iterable[str]) -> tuple[int, list[Problem]]:
         return 0, []
     w = max(ranks) + 1
     missing = sorted(set(range(w)) - set(ranks))
-    problems = [Problem(INCOMPLETE, f"rank-local metadata missing for rank(s) {missing}")] if missing else []
+    problems = [Problem(INCOMPLETE, f"rank-local metadata missing for rank(s) {missing}", code=RANK_MISSING)] if missing else []
     return w, problems
 
 
@@ -287,16 +380,16 @@ def check_manifest_files(manifest: Manifest, files: Mapping[str, int], *, step_f
     missing = [f.path for f in manifest.files if f.path not in files]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        problems.append(Problem(INCOMPLETE, f"{len(missing)} file(s) in the manifest are missing: {shown}"))
+        problems.append(Problem(INCOMPLETE, f"{len(missing)} file(s) in the manifest are missing: {shown}", code=MANIFEST_FILE_MISSING))
     for f in manifest.files:
         size = files.get(f.path)
         if size is not None and size != f.size_bytes:
             problems.append(
-                Problem(CORRUPT, f"{f.path} is {size} bytes, the manifest recorded {f.size_bytes}")
+                Problem(CORRUPT, f"{f.path} is {size} bytes, the manifest recorded {f.size_bytes}", code=MANIFEST_MISMATCH)
             )
     if step_from_name is not None and manifest.step != step_from_name:
         problems.append(
-            Problem(CORRUPT, f"manifest says step {manifest.step} but the directory name says step {step_from_name}")
+            Problem(CORRUPT, f"manifest says step {manifest.step} but the directory name says step {step_from_name}", code=MANIFEST_MISMATCH)
         )
     return problems
 
@@ -308,6 +401,6 @@ def check_manifest_checksums(manifest: Manifest, computed: Mapping[str, str]) ->
         got = computed.get(f.path)
         if f.checksum is not None and got is not None and got != f.checksum:
             problems.append(
-                Problem(CORRUPT, f"checksum mismatch: {f.path} has crc32 {got}, the manifest recorded {f.checksum}")
+                Problem(CORRUPT, f"checksum mismatch: {f.path} has crc32 {got}, the manifest recorded {f.checksum}", code=CHECKSUM_MISMATCH)
             )
     return problems

@@ -47,9 +47,11 @@ from ckptctl.core.manifest import (
     commit_marker_bytes,
     parse_manifest,
 )
-from ckptctl.core.names import quarantine_name
+from ckptctl.core.names import step_dir_name, temp_dir_name
 from ckptctl.core.retention import RetentionPolicy
 from ckptctl.errors import NotFoundError
+from ckptctl.runroot import mutate
+from ckptctl.runroot.root import RunRoot
 from ckptctl.training import _dcp_io
 from ckptctl.training import _state_dict as _sd
 from ckptctl.training._dist import Coordinator, is_distributed, new_cpu_group
@@ -67,7 +69,7 @@ from ckptctl.training.errors import (
     UnsafeStateError,
 )
 from ckptctl.training.preemption import PreemptedExit, PreemptionWatcher, signal_name
-from ckptctl.training.retention import RetentionResult, apply_retention, record_event
+from ckptctl.training.retention import RetentionResult, apply_retention
 from ckptctl.training.state import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ckptctl.training")
@@ -93,14 +95,6 @@ def _quiet_no_dist() -> Iterator[None]:
 SAVE_PHASES = ("shards_written", "manifest_written", "marker_written", "committed")
 
 VerifyMode = Literal["deep", "quick", "none"]
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step}"
-
-
-def temp_dir_name(step: int, token: str) -> str:
-    return f"step_{step}.tmp-{token}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -592,23 +586,16 @@ class Checkpointer:
         old commit marker ever sits next to new shards."""
         err = None
         if self.rank == 0 and self._storage.exists(final_path):
-            aside = quarantine_name(final_path, f"superseded-{token}")
+            name = Storage.basename(final_path)
             try:
-                logger.warning(
-                    "ckptctl: %s exists; moving it to %s before saving", final_path, aside
-                )
-                marker = Storage.join(final_path, COMMIT_MARKER_NAME)
-                self._storage.rename(final_path, aside)
-                record_event(
-                    self._storage,
-                    self._root_path,
-                    action="supersede",
-                    from_name=Storage.basename(final_path),
-                    to_name=Storage.basename(aside),
+                aside = mutate.supersede(
+                    RunRoot.at(self._storage, self._root_path),
+                    name,
+                    token,
                     step=None,
                     reason="a new save at the same step (resumed from an earlier checkpoint)",
                 )
-                self._storage.remove_file(marker)
+                logger.warning("ckptctl: %s existed; moved it to %s before saving", final_path, aside)
             except Exception as e:
                 err = str(e)
         err = self._coord.broadcast_json(err)
@@ -765,24 +752,21 @@ class Checkpointer:
         self._phase("marker_written", job.step)
         if storage.is_local:
             _fsync_dir(job.write_path)
+            run_root = RunRoot.at(storage, self._root_path)
             if os.path.lexists(job.final_path):
-                aside = quarantine_name(job.final_path, f"superseded-{job.token}")
-                logger.warning(
-                    "ckptctl: %s already exists (an older run's); moving it to %s",
-                    job.final_path,
-                    aside,
-                )
-                os.rename(job.final_path, aside)
-                record_event(
-                    storage,
-                    self._root_path,
-                    action="supersede",
-                    from_name=step_dir_name(job.step),
-                    to_name=Storage.basename(aside),
+                aside = mutate.supersede(
+                    run_root,
+                    step_dir_name(job.step),
+                    job.token,
                     step=job.step,
                     reason="a new save at the same step (resumed from an earlier checkpoint)",
                 )
-            storage.rename(job.write_path, job.final_path)
+                logger.warning(
+                    "ckptctl: %s already existed (an older run's); moved it to %s",
+                    job.final_path,
+                    aside,
+                )
+            mutate.commit(run_root, Storage.basename(job.write_path), Storage.basename(job.final_path))
             _fsync_dir(self._root_path)
         self._phase("committed", job.step)
         return {
@@ -821,7 +805,7 @@ class Checkpointer:
         is complete (starting over would silently discard the run's progress).
         Every checkpoint passed over is logged and listed in ``LoadResult.skipped``.
         """
-        from ckptctl.ops.checkpoints import find_latest_complete
+        from ckptctl.runroot.locate import find_latest_complete
 
         root_url = root or self.root
         skipped: list[str] = []
@@ -897,7 +881,7 @@ class Checkpointer:
                 verdict = {"problem": None}
             else:
                 try:
-                    from ckptctl.ops.checkpoints import verify_checkpoint
+                    from ckptctl.runroot.locate import verify_checkpoint
 
                     report = verify_checkpoint(path)
                     verdict = {
@@ -928,7 +912,7 @@ class Checkpointer:
             # Not written by ckptctl: the verifier's own deep check, on rank 0.
             verdict: dict[str, Any] | None = None
             if self.rank == 0:
-                from ckptctl.ops.checkpoints import verify_checkpoint
+                from ckptctl.runroot.locate import verify_checkpoint
 
                 report = verify_checkpoint(path, deep=True)
                 verdict = {
