@@ -92,3 +92,48 @@ def test_truncated_directory_is_a_format_error() -> None:
     tail = b"PK\x01\x02" + b"\0" * 10 + b"PK\x05\x06" + b"\0" * 4 + b"\x01\x00\x01\x00" + b"\x0e\0\0\0" + b"\0" * 6
     with pytest.raises(RecordFormatError):
         parse_directory(tail, len(tail))
+
+
+def test_zstd_bomb_stops_at_the_cap() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    from ckptctl.adapters.transforms import TransformLimitError, decode_cap, decoder_for
+
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))  # ~2 KiB -> 64 MiB
+    decode, _ = decoder_for(["stream.zstd/1"])
+    assert decode is not None
+    with pytest.raises(TransformLimitError):
+        decode(bomb)
+    assert decode_cap(len(bomb)) < 64 << 20
+    plain = b"x" * 1000
+    assert decode(zstandard.ZstdCompressor().compress(plain)) == plain
+
+
+def test_deflate_member_is_inflated_within_caps() -> None:
+    import zlib
+
+    from ckptctl.core.records import RecordFormatError, inflate_capped
+
+    raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = raw.compress(b"\0" * (8 << 20)) + raw.flush()
+    with pytest.raises(RecordFormatError, match="inflates past"):
+        inflate_capped(packed, 8 << 20)  # honest size, but 1000x: over the ratio cap
+    with pytest.raises(RecordFormatError):
+        inflate_capped(packed, 100)  # more than it declared
+    small = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = bytes(range(256)) * 4
+    assert inflate_capped(small.compress(data) + small.flush(), len(data)) == data
+
+
+def test_zstd_record_past_the_caps_is_noted_not_corrupt(tmp_path: Path) -> None:
+    """A genuine zstd record of zeros decodes past the ratio cap: complete, with a note."""
+    pytest.importorskip("zstandard")
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    step = tmp_path / "step_10"
+    sd = {"zeros": torch.zeros(6 << 20)}  # 24 MiB of zeros: ~1 KiB compressed
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(step), _extensions=[ZStandard()]))
+    r = verify_checkpoint(str(step), deep=True)
+    assert r.status == "complete", r.problems
+    assert any("caps" in n for n in r.notes), r.notes

@@ -40,6 +40,10 @@ class MetadataError(ValueError):
         self.hostile = hostile
 
 
+class _Refused(pickle.UnpicklingError):
+    """The pickle tried something no genuine ``.metadata`` does: a foreign global, or changing one."""
+
+
 class _Sealed(type):
     """A class nothing in a pickle can change: BUILD onto the class itself is refused.
 
@@ -49,10 +53,10 @@ class _Sealed(type):
     """
 
     def __setattr__(cls, name: str, value: Any) -> None:
-        raise pickle.UnpicklingError(f"attempt to set {name!r} on the class {cls.__name__}")
+        raise _Refused(f"attempt to set {name!r} on the class {cls.__name__}")
 
     def __delattr__(cls, name: str) -> None:
-        raise pickle.UnpicklingError(f"attempt to delete {name!r} from the class {cls.__name__}")
+        raise _Refused(f"attempt to delete {name!r} from the class {cls.__name__}")
 
 
 class _Stub(metaclass=_Sealed):
@@ -111,10 +115,10 @@ class _Frozen:
     __slots__ = ()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise pickle.UnpicklingError(f"attempt to set {name!r} on a global ({type(self).__name__})")
+        raise _Refused(f"attempt to set {name!r} on a global ({type(self).__name__})")
 
     def __delattr__(self, name: str) -> None:
-        raise pickle.UnpicklingError(f"attempt to delete {name!r} from a global")
+        raise _Refused(f"attempt to delete {name!r} from a global")
 
 
 class _DType(_Frozen):
@@ -212,7 +216,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return _DType(name)
         if module == "torch" and name in ("strided", "sparse_coo", "sparse_csr"):
             return name
-        raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
+        raise _Refused(f"disallowed global {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent id in .metadata (not a DCP metadata file)")
@@ -262,7 +266,7 @@ def unpickle_metadata(data: bytes) -> Any:
         return _RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as e:
         msg = str(e)
-        raise MetadataError(f"not a DCP metadata pickle: {msg}", hostile="disallowed global" in msg) from e
+        raise MetadataError(f"not a DCP metadata pickle: {show(msg)}", hostile=isinstance(e, _Refused)) from e
     except EOFError as e:
         raise MetadataError(f"truncated pickle ({e or 'ran out of input'})") from e
     except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError,

@@ -101,6 +101,8 @@ class RecordFormatError(ValueError):
 #: stores members uncompressed; a deflated one is checked only within these bounds.
 MAX_INFLATED_BYTES = 256 << 20
 MAX_INFLATE_RATIO = 100
+#: The largest ``data.pkl`` the deep check reads into memory to scan for globals.
+MAX_PICKLE_SCAN_BYTES = 256 << 20
 _CDH_SIZE = 46
 
 
