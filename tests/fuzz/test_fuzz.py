@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.corpus import metadata_cases, record_cases, write_small_checkpoint
@@ -83,6 +83,7 @@ def test_fuzz_metadata_bytes(real: Path, harness: Harness, edits: list[Any], cut
     step = _checkpoint_with(harness, real, ".metadata", data)
     harness.run("verify", step, read_only_tree=step)
     harness.run("metadata", step / ".metadata")
+    _still_complete(harness, real)
 
 
 VALUES = st.one_of(
@@ -119,6 +120,13 @@ COMPLETE_MUTANTS: list[Path] = []
 
 @FUZZ
 @given(field=st.sampled_from(FIELDS), value=VALUES)
+# the wrong-"complete" findings of issue 9 run every time, whatever Hypothesis draws
+@example(field=("properties", "dtype"), value="float32")
+@example(field=("properties", "dtype"), value=[1, 2])
+@example(field=("tensor", "properties"), value=5)
+@example(field=("info", "transform_descriptors"), value="stream.zstd/1")
+@example(field=("info", "length"), value=2**64)
+@example(field=("info", "length"), value=10**5000)
 def test_fuzz_metadata_values(real: Path, harness: Harness, field: tuple[str, str], value: Any) -> None:
     try:
         data = _edit_field((real / ".metadata").read_bytes(), *field, value)
@@ -128,6 +136,15 @@ def test_fuzz_metadata_values(real: Path, harness: Harness, field: tuple[str, st
     report = harness.run("verify", step, read_only_tree=step)
     if report.get("outcome") == "complete" and data != (real / ".metadata").read_bytes():
         COMPLETE_MUTANTS.append(step)
+    _still_complete(harness, real)
+
+
+def _still_complete(harness: Harness, real: Path) -> None:
+    """A genuine checkpoint checked after an input, in the same worker, is still complete
+    (nothing an input did changed how later files are read: cross-checkpoint poisoning)."""
+    report = harness.run("verify", real, read_only_tree=real)
+    if report.get("outcome") != "complete":
+        harness.findings.append(f"the genuine checkpoint became {report.get('outcome')} after an input")
 
 
 @FUZZ
@@ -185,6 +202,7 @@ def test_corpus_through_the_capped_worker(real: Path, harness: Harness) -> None:
         for target in ("verify", "verify_deep"):
             report = harness.run(target, step, read_only_tree=step)
             assert report.get("outcome") == case.expect, (case.name, target, report)
+            _still_complete(harness, real)
     for case in record_cases():
         path = harness.scratch / f"record-{case.name}"
         path.write_bytes(case.data)
@@ -194,15 +212,14 @@ def test_corpus_through_the_capped_worker(real: Path, harness: Harness) -> None:
 _LOAD = textwrap.dedent("""
     import sys, warnings, torch, torch.distributed.checkpoint as dcp
     warnings.filterwarnings("ignore")
-    bad = []
     for path in sys.argv[1:]:
         sd = {"w": torch.empty(3, 4), "b": torch.empty(5, dtype=torch.bfloat16), "step": 0,
               "extra": {"lr": 0.0}}
         try:
             dcp.load(sd, checkpoint_id=path)
-        except Exception as e:
-            bad.append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
-    print("\\n".join(bad))
+            print("ok", path, flush=True)
+        except BaseException as e:
+            print("refused", path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "", flush=True)
 """)
 
 
@@ -214,5 +231,7 @@ def test_complete_only_if_dcp_load_accepts(real: Path, harness: Harness) -> None
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     r = subprocess.run([sys.executable, "-c", _LOAD, *map(str, sample)], capture_output=True, text=True,
                        timeout=300, env=env)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not r.stdout.strip(), f"verify said complete, dcp.load refused:\n{r.stdout}"
+    verdicts = [line for line in r.stdout.splitlines() if line.startswith(("ok ", "refused "))]
+    assert len(verdicts) == len(sample), r.stderr[-2000:]
+    refused = [line for line in verdicts if line.startswith("refused ")]
+    assert not refused, "verify said complete, dcp.load refused:\n" + "\n".join(refused)
