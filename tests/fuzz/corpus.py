@@ -233,3 +233,26 @@ def record_cases() -> list[Case]:
         z.writestr("archive/data.pkl", b"\0" * (64 << 20))
     add("deflate_bomb", bomb.getvalue(), "64 MiB of zeros in a 64 KiB deflate member")
     return cases
+
+
+def config_cases() -> list[Case]:
+    """The config findings of issue 9 (fixed where the config loader lives: core/config.py)."""
+    deep = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"
+    return [
+        Case("yaml_nested_100k", "config", deep.encode(), "error", "YAML nested 100,000 deep (RecursionError)"),
+        Case("duplicate_keys", "config", b"run_root: /a\nrun_root: /b\n", "error", "a key given twice"),
+        Case("run_root_int", "config", b"run_root: 5\n", "error", "run_root must be a string"),
+        Case("grace_inf", "config", b"launch:\n  stop_grace_s: .inf\n", "error", "a non-finite number"),
+    ]
+
+
+def log_cases() -> list[Case]:
+    """Logs for the readers: terminal escapes, NULs, a long single line, invalid UTF-8."""
+    return [
+        Case("escapes", "log", b"step 1 | loss 2.0\n\x1b]0;pwned\x07\x1b[2J step 2 | loss 1.9\n", "ok",
+             "terminal escape sequences in a log line"),
+        Case("nul_and_invalid_utf8", "log", b"step 1 | loss 2.0\n\x00\xff\xfe step 2 | loss nan\n", "ok",
+             "NULs and bytes that are not UTF-8"),
+        Case("single_line_4mb", "log", b"loss 1.0 " * ((4 << 20) // 9), "ok",
+             "a 4 MB line without a newline (the 200 MB case is the watch branch's)"),
+    ]  # fmt: skip

@@ -45,10 +45,15 @@ def _config(path: str) -> str:
 
 
 def _losslog(path: str) -> str:
-    from ckptctl.core.losslog import parse_lines  # watch's reader
+    from ckptctl.adapters.follow import LineReader  # watch's reader: file -> lines -> events
+    from ckptctl.core.losslog import LossLogParser
 
-    text = Path(path).read_bytes().decode("utf-8", "replace")
-    return f"{len(parse_lines(text.splitlines(keepends=True)))} events"
+    parser = LossLogParser()
+    events = 0
+    for line in LineReader(path):
+        if line is not None:
+            events += len(parser.feed(line))
+    return f"{events} events"
 
 
 def _classify(path: str) -> str:
