@@ -141,9 +141,36 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 depth = stack.pop() + 1
                 if depth > stack[-1]:
                     stack[-1] = depth
+                    if depth > max_nesting:
+                        raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
-                if depth > max_nesting:
-                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos - 1})")
+                continue
+            if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS
+                start = marks.pop()
+                if start < len(stack):
+                    depth = max(stack[start:]) + 1
+                    del stack[start:]
+                    if depth > stack[-1]:
+                        stack[-1] = depth
+                        if depth > max_nesting:
+                            raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                pos += 1
+                continue
+            if code == 0x4D:  # BININT2
+                stack.append(0)
+                pos += 3
+                continue
+            if code == 0x4B:  # BININT1
+                stack.append(0)
+                pos += 2
+                continue
+            if code == 0x89 or code == 0x88 or code == 0x5D:  # NEWFALSE, NEWTRUE, EMPTY_LIST
+                stack.append(0)
+                pos += 1
+                continue
+            if code == 0x4A:  # BININT
+                stack.append(0)
+                pos += 5
                 continue
             spec = table[code]
             if spec is None:
