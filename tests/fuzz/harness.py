@@ -42,6 +42,7 @@ class Harness:
     runs: int = 0
     busy_s: float = 0.0
     findings: list[str] = field(default_factory=list)
+    started_s: float = field(default_factory=time.perf_counter)
     _proc: subprocess.Popen[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
@@ -89,4 +90,9 @@ class Harness:
         return report
 
     def runs_per_s(self) -> float:
+        """Inputs per second of worker time (the readers' own speed)."""
         return self.runs / self.busy_s if self.busy_s else 0.0
+
+    def wall_runs_per_s(self) -> float:
+        """Inputs per second of wall time, input generation and copying included."""
+        return self.runs / (time.perf_counter() - self.started_s)

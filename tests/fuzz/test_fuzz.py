@@ -46,7 +46,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     h = Harness(tmp_path_factory.mktemp("fuzz-scratch"))
     yield h
     h.close()
-    print(f"\nfuzz: {h.runs} inputs, {h.runs_per_s():.1f} runs/s, {len(h.findings)} findings")
+    print(f"\nfuzz: {h.runs} inputs, {h.runs_per_s():.1f} runs/s in the worker, "
+          f"{h.wall_runs_per_s():.1f} runs/s wall, {len(h.findings)} findings")  # fmt: skip
     assert not h.findings, "\n".join(h.findings[:20])
 
 
