@@ -52,24 +52,27 @@ def _kind_of(mode: int) -> str | None:
     return "not a regular file"
 
 
-def _open_regular(path: str) -> int:
+def _regular_only(path: str, flags: int) -> int:
+    """``open``'s opener: ``O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat``."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        kind = _kind_of(os.fstat(fd).st_mode)
+        if kind is not None:  # swapped for a special file after the stat below
+            raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_regular(path: str, buffering: int = -1) -> IO[bytes]:
     """Open a local file for reading, refusing special files: ``stat`` first (a FIFO would block
     ``open``), then ``O_NONBLOCK`` and ``fstat`` again (it may have been swapped in between)."""
     kind = _kind_of(os.stat(path).st_mode)
-    if kind is None:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        try:
-            st = os.fstat(fd)
-            kind = _kind_of(st.st_mode)
-            if kind is None and stat_mod.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-            if kind is None:
-                os.set_blocking(fd, True)
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-    raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
+    if kind is not None:
+        raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
+    return open(path, "rb", buffering=buffering, opener=_regular_only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +315,7 @@ class Storage:
 
         def run() -> bytes:
             if self.is_local:
-                with open(_open_regular(path), "rb", closefd=True) as f:
+                with _open_regular(path) as f:
                     if start:
                         f.seek(start)
                     return f.read(cap + 1) if end is None else f.read(end - (start or 0))
@@ -331,7 +334,7 @@ class Storage:
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
-            f = self._call("open", path, lambda: open(_open_regular(path), "rb", buffering=0))  # noqa: SIM115
+            f = self._call("open", path, lambda: _open_regular(path, buffering=0))
         else:
             f = self._call(
                 "open",
