@@ -95,26 +95,30 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     table = _TABLE
     stack: list[int] = []  # nesting depth of each stack item
     marks: list[int] = []
-    memo: dict[int, int] = {}
+    memo: list[int] = []  # depth of each memo slot (a list: indices are bounded by the file size)
+    memoize = memo.append
+    push = stack.append
     pos = 0
     try:
         while pos < n:
             code = data[pos]
             # the opcodes a genuine protocol-4 .metadata is mostly made of, inline
             if code == 0x94:  # MEMOIZE
-                memo[len(memo)] = stack[-1]
+                memoize(stack[-1])
                 pos += 1
                 continue
             if code == 0x8C:  # SHORT_BINUNICODE
                 pos += 2 + data[pos + 1]
-                stack.append(0)
+                push(0)
                 continue
             if code == 0x68:  # BINGET
-                stack.append(memo.get(data[pos + 1], 0))
+                index = data[pos + 1]
+                push(memo[index] if index < len(memo) else 0)
                 pos += 2
                 continue
             if code == 0x6A:  # LONG_BINGET
-                stack.append(memo.get(_U4(data, pos + 1)[0], 0))
+                index = _U4(data, pos + 1)[0]
+                push(memo[index] if index < len(memo) else 0)
                 pos += 5
                 continue
             if code == 0x85:  # TUPLE1
@@ -128,7 +132,7 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 pos += 1
                 continue
             if code == 0x29 or code == 0x7D or code == 0x4E:  # EMPTY_TUPLE, EMPTY_DICT, NONE
-                stack.append(0)
+                push(0)
                 pos += 1
                 continue
             if code == 0x81 or code == 0x52:  # NEWOBJ, REDUCE
@@ -157,19 +161,19 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 pos += 1
                 continue
             if code == 0x4D:  # BININT2
-                stack.append(0)
+                push(0)
                 pos += 3
                 continue
             if code == 0x4B:  # BININT1
-                stack.append(0)
+                push(0)
                 pos += 2
                 continue
             if code == 0x89 or code == 0x88 or code == 0x5D:  # NEWFALSE, NEWTRUE, EMPTY_LIST
-                stack.append(0)
+                push(0)
                 pos += 1
                 continue
             if code == 0x4A:  # BININT
-                stack.append(0)
+                push(0)
                 pos += 5
                 continue
             spec = table[code]
@@ -200,15 +204,18 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
             if pos > n:
                 raise PickleShapeError(f"truncated: opcode at byte {arg_at - 1} claims {pos - n} bytes past the end")
             if effect == _PUSH:
-                stack.append(0)
+                push(0)
             elif effect == _MEMOIZE:
-                memo[len(memo)] = stack[-1]
+                memoize(stack[-1])
             elif effect == _GET:
-                stack.append(memo.get(_memo_index(data, arg_at, layout, size), 0))
+                index = _memo_index(data, arg_at, layout, size)
+                push(memo[index] if index < len(memo) else 0)
             elif effect == _PUT:
                 index = _memo_index(data, arg_at, layout, size)
                 if index > n:
                     raise PickleShapeError(f"memo index {index} at byte {arg_at - 1} exceeds the file size")
+                if index >= len(memo):
+                    memo.extend([0] * (index + 1 - len(memo)))
                 memo[index] = stack[-1]
             elif effect == _MARK:
                 marks.append(len(stack))
