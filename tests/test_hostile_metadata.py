@@ -28,6 +28,7 @@ _NAMES = [
     "properties_int", "int_over_4300_digits", "offset_over_4300_digits", "length_2_64", "size_dim_huge",
     "dtype_list", "dtype_str", "transforms_str", "transforms_int_list", "relative_path_metadata",
     "relative_path_bytes", "chunk_sizes_str", "fqn_huge_repr", "truncated_half", "empty_file",
+    "storage_meta_int", "index_hint_str",
 ]  # fmt: skip
 
 

@@ -355,6 +355,9 @@ def to_index(metadata: Any) -> DcpIndex:
         fqn = _attr(key, "fqn", "MetadataIndex")
         if not isinstance(fqn, str):
             raise MetadataError(f"storage_data key fqn {show(fqn)} is not a string")
+        hint = key.__dict__.get("index")
+        if hint is not None and hint.__class__ is not int:
+            raise MetadataError(f"{fqn}: MetadataIndex.index is {type(hint).__name__}, expected an int or None")
         raw_offset = key.__dict__.get("offset")
         chunk_offsets = None if raw_offset is None else _int_tuple(raw_offset, f"{fqn} offset")
         rel = _attr(info, "relative_path", fqn)
@@ -385,12 +388,18 @@ def to_index(metadata: Any) -> DcpIndex:
                 transforms=tuple(transforms or ()),
             )
         )
+    storage_meta = metadata.__dict__.get("storage_meta")
+    if storage_meta is not None and storage_meta.__class__ is not _StorageMeta:
+        # dcp.load sets storage_meta.load_id: anything but a StorageMeta (or None) breaks it
+        raise MetadataError(f"storage_meta is {type(storage_meta).__name__}, not StorageMeta")
     version = metadata.__dict__.get("version")
+    if version is not None and not isinstance(version, str):
+        raise MetadataError(f"version is {type(version).__name__} {show(version)}, not a string")
     return DcpIndex(
         tensors=tensors,
         byte_fqns=frozenset(byte_fqns),
         items=tuple(items),
-        version=version if isinstance(version, str) else None,
+        version=version,
     )
 
 

@@ -186,6 +186,16 @@ def metadata_cases(real: bytes) -> list[Case]:
     add("chunk_sizes_str",
         _mutate(real, lambda md: _set(_tensor(md).chunks[0], "sizes", "34")),
         "corrupt", "chunk sizes as a string")
+    add("storage_meta_int", _mutate(real, lambda md: _set(md, "storage_meta", 0)), "corrupt",
+        "storage_meta not a StorageMeta: dcp.load sets its load_id (found by the fuzzer)")
+
+    def index_hint_str(md: Any) -> None:
+        key, info = _item(md)
+        md.storage_data.pop(key)
+        _set(key, "index", "0")
+        md.storage_data[key] = info
+
+    add("index_hint_str", _mutate(real, index_hint_str), "corrupt", "MetadataIndex.index as a string")
     add("fqn_huge_repr",
         _mutate(real, lambda md: md.state_dict_metadata.__setitem__(("k",) * 200_000, 5)),
         "corrupt", "a 200,000-element key must not be printed whole")
