@@ -53,13 +53,16 @@ def _kind_of(mode: int) -> str | None:
 
 
 def _regular_only(path: str, flags: int) -> int:
-    """``open``'s opener: ``O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat``."""
+    """``open``'s opener: ``O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat``.
+
+    The descriptor stays non-blocking: that changes nothing for regular files, and a
+    procfs-like file that would block a read fails with EAGAIN instead of hanging.
+    """
     fd = os.open(path, flags | os.O_NONBLOCK)
     try:
         kind = _kind_of(os.fstat(fd).st_mode)
         if kind is not None:  # swapped for a special file after the stat below
             raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
-        os.set_blocking(fd, True)
         return fd
     except BaseException:
         os.close(fd)
