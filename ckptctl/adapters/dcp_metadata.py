@@ -13,9 +13,9 @@ from __future__ import annotations
 import io
 import pathlib
 import pickle
-import reprlib
 from typing import Any
 
+from ckptctl.core.bounded_repr import bounded_repr as show
 from ckptctl.core.dcp import (
     MAX_INDEX_INT,
     Chunk,
@@ -220,31 +220,6 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent id in .metadata (not a DCP metadata file)")
-
-
-class _BoundedRepr(reprlib.Repr):
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel = 3
-        self.maxstring = 80
-        self.maxother = 80
-        self.maxlong = 40
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # str() of a 4,300-digit int raises; never print it whole
-            return f"<int of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-
-_REPR = _BoundedRepr()
-
-
-def show(value: Any) -> str:
-    """A short, safe repr of an untrusted value for a message (bounded size, depth and ints)."""
-    try:
-        return _REPR.repr(value)
-    except Exception:  # a stand-in's repr can fail on odd state; the type is enough then
-        return f"<{type(value).__name__}>"
 
 
 def unpickle_metadata(data: bytes) -> Any:

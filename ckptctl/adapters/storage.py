@@ -13,13 +13,13 @@ import errno
 import json
 import os
 import posixpath
-import stat as stat_mod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
+from ckptctl.adapters.localfile import SpecialFileError, open_regular
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
@@ -30,52 +30,13 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
 
-
-class SpecialFileError(StorageError):
-    """A FIFO, socket or device where a regular file was expected: refused without opening it."""
+__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "SpecialFileError", "Storage"]
 
 
 class FileTooLargeError(StorageError):
     """A whole-file read of something bigger than the caller's cap."""
 
 
-def _kind_of(mode: int) -> str | None:
-    """What a non-regular, non-directory file is ("a FIFO"...), or None for regular files and dirs."""
-    if stat_mod.S_ISREG(mode) or stat_mod.S_ISDIR(mode):
-        return None
-    if stat_mod.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat_mod.S_ISSOCK(mode):
-        return "a socket"
-    if stat_mod.S_ISCHR(mode) or stat_mod.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
-def _regular_only(path: str, flags: int) -> int:
-    """``open``'s opener: ``O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat``.
-
-    The descriptor stays non-blocking: that changes nothing for regular files, and a
-    procfs-like file that would block a read fails with EAGAIN instead of hanging.
-    """
-    fd = os.open(path, flags | os.O_NONBLOCK)
-    try:
-        kind = _kind_of(os.fstat(fd).st_mode)
-        if kind is not None:  # swapped for a special file after the stat below
-            raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _open_regular(path: str, buffering: int = -1) -> IO[bytes]:
-    """Open a local file for reading, refusing special files: ``stat`` first (a FIFO would block
-    ``open``), then ``O_NONBLOCK`` and ``fstat`` again (it may have been swapped in between)."""
-    kind = _kind_of(os.stat(path).st_mode)
-    if kind is not None:
-        raise SpecialFileError(f"{path}: is {kind}, not a regular file (refused without reading it)")
-    return open(path, "rb", buffering=buffering, opener=_regular_only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +279,7 @@ class Storage:
 
         def run() -> bytes:
             if self.is_local:
-                with _open_regular(path) as f:
+                with open_regular(path) as f:
                     if start:
                         f.seek(start)
                     return f.read(cap + 1) if end is None else f.read(end - (start or 0))
@@ -337,7 +298,7 @@ class Storage:
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
-            f = self._call("open", path, lambda: _open_regular(path, buffering=0))
+            f = self._call("open", path, lambda: open_regular(path, buffering=0))
         else:
             f = self._call(
                 "open",
