@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo test test-fast lint bench fuzz clean
 
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PY) >/dev/null || { echo "python3 is required"; exit 1; }
@@ -41,6 +41,10 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check ckptctl tests bench examples
 	$(BIN)/mypy
+
+# Longer fuzzing run (issue 9): 1,000 inputs per target through the capped worker; prints runs/s.
+fuzz: $(STAMP)
+	CKPTCTL_FUZZ_EXAMPLES=$${CKPTCTL_FUZZ_EXAMPLES:-1000} $(BIN)/python -m pytest -q -s tests/fuzz tests/test_hostile_metadata.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

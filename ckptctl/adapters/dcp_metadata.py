@@ -15,7 +15,21 @@ import pathlib
 import pickle
 from typing import Any
 
-from ckptctl.core.dcp import Chunk, DcpIndex, StorageItem, TensorEntry, is_dtype_name
+from ckptctl.core.bounded_repr import bounded_repr as show
+from ckptctl.core.dcp import (
+    MAX_INDEX_INT,
+    Chunk,
+    DcpIndex,
+    StorageItem,
+    TensorEntry,
+    is_dtype_name,
+    is_metadata_name,
+)
+from ckptctl.core.pickle_shape import PickleShapeError, check_shape
+
+#: The largest ``.metadata`` (or rank-local ``__r.metadata``) read. Genuine ones hold about
+#: 200 bytes per chunk: 512 MiB is millions of chunks. Bigger is reported, never read whole.
+MAX_METADATA_BYTES = 512 << 20
 
 
 class MetadataError(ValueError):
@@ -26,8 +40,27 @@ class MetadataError(ValueError):
         self.hostile = hostile
 
 
-class _Stub:
-    """An inert object that records whatever state BUILD gives it.
+class _Refused(pickle.UnpicklingError):
+    """The pickle tried something no genuine ``.metadata`` does: a foreign global, or changing one."""
+
+
+class _Sealed(type):
+    """A class nothing in a pickle can change: BUILD onto the class itself is refused.
+
+    pickle's BUILD with a ``(state, slotstate)`` pair calls ``setattr`` on whatever object
+    is on the stack -- a class object too. Without this, a ``.metadata`` could set
+    ``__setstate__`` on a stand-in class and change how every later file is read.
+    """
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise _Refused(f"attempt to set {name!r} on the class {cls.__name__}")
+
+    def __delattr__(cls, name: str) -> None:
+        raise _Refused(f"attempt to delete {name!r} from the class {cls.__name__}")
+
+
+class _Stub(metaclass=_Sealed):
+    """An inert object that records whatever state BUILD gives it (fresh instances only).
 
     No ``__setstate__``: pickle's own BUILD stores a dict state (and the slot dict of a
     ``(dict, slots)`` pair) in the instance, in C; any other state is an unpickling error.
@@ -76,12 +109,40 @@ class _TensorProperties(_Stub):
             raise pickle.UnpicklingError(f"TensorProperties state {type(state).__name__}")
 
 
-class _DType:
+class _Frozen:
+    """An object a pickle can reference (a global) but never change: no ``__dict__``, no setattr."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _Refused(f"attempt to set {name!r} on a global ({type(self).__name__})")
+
+    def __delattr__(self, name: str) -> None:
+        raise _Refused(f"attempt to delete {name!r} from a global")
+
+
+class _DType(_Frozen):
+    __slots__ = ("name",)
+    name: str
+
     def __init__(self, name: str) -> None:
-        self.name = name
+        object.__setattr__(self, "name", name)
 
 
-class _MemFormat:
+class _Callable(_Frozen):
+    """A global function (``torch.Size``, ``pathlib.PosixPath``...) behind a frozen wrapper."""
+
+    __slots__ = ("_fn",)
+    _fn: Any
+
+    def __init__(self, fn: Any) -> None:
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._fn(*args)
+
+
+class _MemFormat(metaclass=_Sealed):
     def __init__(self, value: Any = None) -> None:
         self.value = value
 
@@ -119,17 +180,17 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     (_DCP, "_MEM_FORMAT_ENCODING"): _MemFormat,
     (_SHARD, "MEM_FORMAT_ENCODING"): _MemFormat,
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
-    ("torch", "Size"): _size,
-    ("torch.serialization", "_get_layout"): _layout,
+    ("torch", "Size"): _Callable(_size),
+    ("torch.serialization", "_get_layout"): _Callable(_layout),
     # StorageMeta.checkpoint_id: the module depends on the Python that wrote it.
-    ("pathlib", "PosixPath"): _posix_path,
-    ("pathlib", "PurePosixPath"): _posix_path,
-    ("pathlib._local", "PosixPath"): _posix_path,
-    ("pathlib._local", "PurePosixPath"): _posix_path,
-    ("pathlib", "WindowsPath"): _windows_path,
-    ("pathlib", "PureWindowsPath"): _windows_path,
-    ("pathlib._local", "WindowsPath"): _windows_path,
-    ("pathlib._local", "PureWindowsPath"): _windows_path,
+    ("pathlib", "PosixPath"): _Callable(_posix_path),
+    ("pathlib", "PurePosixPath"): _Callable(_posix_path),
+    ("pathlib._local", "PosixPath"): _Callable(_posix_path),
+    ("pathlib._local", "PurePosixPath"): _Callable(_posix_path),
+    ("pathlib", "WindowsPath"): _Callable(_windows_path),
+    ("pathlib", "PureWindowsPath"): _Callable(_windows_path),
+    ("pathlib._local", "WindowsPath"): _Callable(_windows_path),
+    ("pathlib._local", "PureWindowsPath"): _Callable(_windows_path),
 }
 
 
@@ -155,41 +216,58 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return _DType(name)
         if module == "torch" and name in ("strided", "sparse_coo", "sparse_csr"):
             return name
-        raise pickle.UnpicklingError(f"disallowed global {module}.{name}")
+        raise _Refused(f"disallowed global {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent id in .metadata (not a DCP metadata file)")
 
 
 def unpickle_metadata(data: bytes) -> Any:
-    """Unpickle with the allow-list; raise ``MetadataError`` with the reason."""
+    """Unpickle with the allow-list; raise ``MetadataError`` with the reason.
+
+    The opcodes are checked first (``check_shape``): claims past the file's end, memo
+    indices above its size and nesting deeper than ``MAX_NESTING`` are refused before
+    the C unpickler could allocate for them or overflow the C stack.
+    """
     if not data:
         raise MetadataError("empty file")
+    if len(data) > MAX_METADATA_BYTES:
+        raise MetadataError(f"{len(data)} bytes, over the {MAX_METADATA_BYTES >> 20} MiB limit for .metadata")
+    try:
+        check_shape(data)
+    except PickleShapeError as e:
+        raise MetadataError(f"not a DCP metadata pickle: {e}") from e
     try:
         return _RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as e:
         msg = str(e)
-        raise MetadataError(f"not a DCP metadata pickle: {msg}", hostile="disallowed global" in msg) from e
+        raise MetadataError(f"not a DCP metadata pickle: {show(msg)}", hostile=isinstance(e, _Refused)) from e
     except EOFError as e:
         raise MetadataError(f"truncated pickle ({e or 'ran out of input'})") from e
     except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError,
             RecursionError, MemoryError, UnicodeDecodeError) as e:  # fmt: skip
-        raise MetadataError(f"unreadable pickle: {type(e).__name__}: {e}") from e
+        raise MetadataError(f"unreadable pickle: {type(e).__name__}: {show(str(e))}") from e
+
+
+def _int(value: Any, what: str) -> int:
+    """A non-negative int64, as DCP's loader and ``torch.Size`` need."""
+    if value.__class__ is not int:
+        raise MetadataError(f"{what} is {type(value).__name__} {show(value)}, expected an int")
+    if not 0 <= value <= MAX_INDEX_INT:
+        raise MetadataError(f"{what} = {show(value)} is outside [0, 2**63)")
+    return value
 
 
 def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
-    if type(value) is tuple and all(type(v) is int for v in value):
+    if value.__class__ is tuple and _all_ints(value):
         return value  # the common case: torch.Size was rebuilt as a tuple of ints
     if not isinstance(value, (tuple, list)):
         raise MetadataError(f"{what} is {type(value).__name__}, expected a sequence of ints")
-    for v in value:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise MetadataError(f"{what} holds {v!r}, expected ints")
-    return tuple(value)
+    return tuple(_int(v, f"{what}[{i}]") for i, v in enumerate(value))
 
 
 def _all_ints(values: tuple[Any, ...]) -> bool:
-    return all(v.__class__ is int for v in values)
+    return all(v.__class__ is int and 0 <= v <= MAX_INDEX_INT for v in values)
 
 
 def _attr(obj: Any, name: str, what: str) -> Any:
@@ -215,7 +293,7 @@ def to_index(metadata: Any) -> DcpIndex:
     byte_fqns: set[str] = set()
     for fqn, md in sdm.items():
         if not isinstance(fqn, str):
-            raise MetadataError(f"state_dict_metadata key {fqn!r} is not a string")
+            raise MetadataError(f"state_dict_metadata key {show(fqn)} is not a string")
         if isinstance(md, _BytesStorageMetadata):
             byte_fqns.add(fqn)
             continue
@@ -223,10 +301,13 @@ def to_index(metadata: Any) -> DcpIndex:
             raise MetadataError(f"{fqn}: unexpected entry {type(md).__name__}")
         size = _int_tuple(_attr(md, "size", fqn), f"{fqn}.size")
         props = md.__dict__.get("properties")
-        dtype = ""
-        if props is not None:
-            dt = props.__dict__.get("dtype")
-            dtype = dt.name if isinstance(dt, _DType) else ""
+        if props.__class__ is not _TensorProperties:
+            raise MetadataError(f"{fqn}.properties is {type(props).__name__}, not TensorProperties")
+        dt = props.__dict__.get("dtype")
+        if dt.__class__ is not _DType:
+            # DCP's loader needs a torch.dtype here: a name string or a list is not one
+            raise MetadataError(f"{fqn}.properties.dtype is {type(dt).__name__} {show(dt)}, not a torch dtype")
+        dtype = dt.name
         raw_chunks = _attr(md, "chunks", fqn)
         if not isinstance(raw_chunks, (list, tuple)):
             raise MetadataError(f"{fqn}.chunks is not a list")
@@ -248,18 +329,29 @@ def to_index(metadata: Any) -> DcpIndex:
             raise MetadataError("storage_data holds something other than MetadataIndex -> _StorageInfo")
         fqn = _attr(key, "fqn", "MetadataIndex")
         if not isinstance(fqn, str):
-            raise MetadataError(f"storage_data key fqn {fqn!r} is not a string")
+            raise MetadataError(f"storage_data key fqn {show(fqn)} is not a string")
+        hint = key.__dict__.get("index")
+        if hint is not None and hint.__class__ is not int:
+            raise MetadataError(f"{fqn}: MetadataIndex.index is {type(hint).__name__}, expected an int or None")
         raw_offset = key.__dict__.get("offset")
         chunk_offsets = None if raw_offset is None else _int_tuple(raw_offset, f"{fqn} offset")
         rel = _attr(info, "relative_path", fqn)
         offset = _attr(info, "offset", fqn)
         length = _attr(info, "length", fqn)
         if not isinstance(rel, str):
-            raise MetadataError(f"{fqn}: relative_path {rel!r} is not a string")
-        for name, v in (("offset", offset), ("length", length)):
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise MetadataError(f"{fqn}: {name} {v!r} is not an int")
+            raise MetadataError(f"{fqn}: relative_path {show(rel)} is not a string")
+        if is_metadata_name(rel):
+            raise MetadataError(f"{fqn}: relative_path {show(rel)} names a metadata file, not a data file")
+        offset = _int(offset, f"{fqn}: offset")
+        length = _int(length, f"{fqn}: length")
         transforms = info.__dict__.get("transform_descriptors")
+        if transforms is not None and not (
+            isinstance(transforms, (list, tuple)) and all(isinstance(t, str) for t in transforms)
+        ):
+            # DCP's reader iterates the descriptors: a bare string or a number breaks it
+            raise MetadataError(
+                f"{fqn}: transform_descriptors is {show(transforms)}, expected a list of strings"
+            )
         items.append(
             StorageItem(
                 fqn=fqn,
@@ -268,17 +360,21 @@ def to_index(metadata: Any) -> DcpIndex:
                 offset=offset,
                 length=length,
                 transformed=bool(transforms),
-                transforms=tuple(str(t) for t in transforms)
-                if isinstance(transforms, (list, tuple))
-                else (),
+                transforms=tuple(transforms or ()),
             )
         )
+    storage_meta = metadata.__dict__.get("storage_meta")
+    if storage_meta is not None and storage_meta.__class__ is not _StorageMeta:
+        # dcp.load sets storage_meta.load_id: anything but a StorageMeta (or None) breaks it
+        raise MetadataError(f"storage_meta is {type(storage_meta).__name__}, not StorageMeta")
     version = metadata.__dict__.get("version")
+    if version is not None and not isinstance(version, str):
+        raise MetadataError(f"version is {type(version).__name__} {show(version)}, not a string")
     return DcpIndex(
         tensors=tensors,
         byte_fqns=frozenset(byte_fqns),
         items=tuple(items),
-        version=version if isinstance(version, str) else None,
+        version=version,
     )
 
 

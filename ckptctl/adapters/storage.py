@@ -19,12 +19,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
+from ckptctl.adapters.localfile import SpecialFileError, open_regular
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
 
 #: JSON object of fsspec storage options applied to every URL (e.g. an S3 endpoint).
 STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
+#: The most ``read_bytes`` reads of a whole file (``.metadata``, manifests, pointer files):
+#: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
+MAX_WHOLE_READ_BYTES = 512 << 20
+
+__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "SpecialFileError", "Storage"]
+
+
+class FileTooLargeError(StorageError):
+    """A whole-file read of something bigger than the caller's cap."""
+
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,26 +266,39 @@ class Storage:
 
         return self._call("stat", path, run)
 
-    def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The bytes of ``path`` (or ``[start, end)`` of it) in one request."""
+    def read_bytes(
+        self, path: str, start: int | None = None, end: int | None = None, *, max_bytes: int | None = None
+    ) -> bytes:
+        """The bytes of ``path`` (or ``[start, end)`` of it) in one request.
+
+        A whole-file read (no ``end``) stops after ``max_bytes`` (default
+        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused.
+        """
+        cap = MAX_WHOLE_READ_BYTES if max_bytes is None else max_bytes
+        whole = end is None
 
         def run() -> bytes:
             if self.is_local:
-                with open(path, "rb") as f:
+                with open_regular(path) as f:
                     if start:
                         f.seek(start)
-                    return f.read() if end is None else f.read(end - (start or 0))
-            if start is None and end is None:
-                return bytes(self.fs.cat_file(path))
+                    return f.read(cap + 1) if end is None else f.read(end - (start or 0))
+            if whole:
+                return bytes(self.fs.cat_file(path, start=start, end=(start or 0) + cap + 1))
             return bytes(self.fs.cat_file(path, start=start, end=end))
 
-        return self._call("read", path, run)
+        data = self._call("read", path, run)
+        if whole and len(data) > cap:
+            raise FileTooLargeError(
+                f"{self.url(path)}: larger than {cap >> 20} MiB, refused (not read whole)"
+            )
+        return data
 
     @contextmanager
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
-            f = self._call("open", path, lambda: open(path, "rb", buffering=0))  # noqa: SIM115
+            f = self._call("open", path, lambda: open_regular(path, buffering=0))
         else:
             f = self._call(
                 "open",

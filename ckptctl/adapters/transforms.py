@@ -15,11 +15,23 @@ import io
 from collections.abc import Callable, Sequence
 
 #: The most a single record may decompress to; bigger is reported, not decoded.
-MAX_DECODED_BYTES = 1 << 32
+MAX_DECODED_BYTES = 256 << 20
+#: ... and by what ratio, past ``RATIO_FLOOR_BYTES`` (zeros compress ~1000x; a bomb far more).
+MAX_DECODE_RATIO = 1024
+RATIO_FLOOR_BYTES = 16 << 20
+
+
+def decode_cap(encoded_bytes: int) -> int:
+    """How many bytes a record of ``encoded_bytes`` may decode to."""
+    return min(MAX_DECODED_BYTES, max(RATIO_FLOOR_BYTES, encoded_bytes * MAX_DECODE_RATIO))
 
 
 class TransformError(ValueError):
     """The stream is not what its descriptor says (corrupt), or decodes past the cap."""
+
+
+class TransformLimitError(TransformError):
+    """The stream decodes past ``decode_cap``: too large to check here (not proof of damage)."""
 
 
 def _zstd_decoder() -> Callable[[bytes, int], bytes] | None:
@@ -40,7 +52,20 @@ def _zstd_decoder() -> Callable[[bytes, int], bytes] | None:
         return None
 
     def std(data: bytes, cap: int) -> bytes:
-        return bytes(zstd_mod.decompress(data))
+        # streamed in pieces of at most cap + 1 bytes: a crafted frame cannot expand past it
+        d = zstd_mod.ZstdDecompressor()
+        out = bytearray()
+        rest = data
+        while len(out) <= cap:
+            out += d.decompress(rest, max_length=cap + 1 - len(out))
+            rest = b""
+            if d.eof:
+                if not d.unused_data:
+                    break
+                rest, d = d.unused_data, zstd_mod.ZstdDecompressor()  # next frame
+            elif d.needs_input:
+                break
+        return bytes(out)
 
     return std
 
@@ -63,12 +88,16 @@ def decoder_for(descriptors: Sequence[str]) -> tuple[Callable[[bytes], bytes] | 
 
     def run(data: bytes) -> bytes:
         for step in steps:
+            cap = decode_cap(len(data))
             try:
-                out = step(data, MAX_DECODED_BYTES)
+                out = step(data, cap)
             except Exception as e:  # the decompressors raise their own error types
                 raise TransformError(f"zstd stream does not decode: {type(e).__name__}: {e}") from e
-            if len(out) > MAX_DECODED_BYTES:
-                raise TransformError(f"decodes to more than {MAX_DECODED_BYTES} bytes")
+            if len(out) > cap:
+                raise TransformLimitError(
+                    f"decodes to more than {cap} bytes (caps: {MAX_DECODED_BYTES >> 20} MiB, "
+                    f"{MAX_DECODE_RATIO}x past {RATIO_FLOOR_BYTES >> 20} MiB)"
+                )
             data = out
         return data
 

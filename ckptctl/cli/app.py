@@ -54,10 +54,35 @@ def _debug() -> bool:
     return os.environ.get("CKPTCTL_DEBUG", "") not in ("", "0")
 
 
+#: The parser's usage-error type (a bad flag, a missing argument, an unknown command), found
+#: through Typer's public ``BadParameter`` rather than by importing the Click Typer vendors.
+_UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+
+
+def _usage_error(e: Exception) -> None:
+    """One ``error:`` line and a hint, exit 2 (instead of the parser's multi-line block)."""
+    if type(e).__name__ == "NoArgsIsHelpError":  # `ckptctl` alone: the help is the answer
+        sys.stderr.write(str(getattr(e, "format_message", lambda: "")()) + "\n")
+        sys.exit(exit_codes.USAGE)
+    ctx = getattr(e, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "ckptctl"
+    message = e.format_message() if hasattr(e, "format_message") else str(e)
+    out.error(message.strip().removesuffix("."), f"run '{command} --help'")
+    sys.exit(exit_codes.USAGE)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one handler for every domain error."""
     try:
-        app(args=argv, prog_name="ckptctl")
+        rc = app(args=argv, prog_name="ckptctl", standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else exit_codes.OK)
+    except _UsageError as e:
+        _usage_error(e)
+    except typer.Abort:
+        out.error("interrupted")
+        sys.exit(130)
     except CkptctlError as e:
         if _debug():
             raise

@@ -25,6 +25,30 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+# C0 controls but newline and tab, DEL, C1 controls (ESC, CSI...), and the bidi overrides
+# that reorder what a terminal shows: text from a log, a checkpoint or a user could
+# otherwise move the cursor, retitle the window or hide part of a line.
+_CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F),
+             *range(0x2066, 0x206A)]  # fmt: skip
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _CONTROLS}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character shown as ``\\xNN`` (newlines and tabs kept)."""
+    return text.translate(_ESCAPES)
+
+
+class _SafeConsole(Console):
+    """A console that shows control characters in any text it renders instead of sending them.
+
+    Every string rich renders (printed text, table cells) goes through ``render_str``;
+    styles are applied after, so colours still work.
+    """
+
+    def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
+        return super().render_str(escape_controls(text), *args, **kwargs)
+
+
 _out: Console | None = None
 _err: Console | None = None
 
@@ -35,7 +59,7 @@ def out() -> Console:
     if _out is None:
         # Not a terminal (a pipe, a ticket, CI): do not wrap tables at 80 columns.
         width = None if sys.stdout.isatty() else 200
-        _out = Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=width)
+        _out = _SafeConsole(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=width)
     return _out
 
 
@@ -43,7 +67,7 @@ def err() -> Console:
     """Console for chatter (stderr)."""
     global _err
     if _err is None:
-        _err = Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
+        _err = _SafeConsole(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
     return _err
 
 
@@ -61,8 +85,8 @@ def emit_json(document: Any) -> None:
 
 
 def print_line(text: str) -> None:
-    """A plain line on stdout, no markup processing (paths, scriptable values)."""
-    sys.stdout.write(text + "\n")
+    """A plain line on stdout, no markup processing (paths, scriptable values); controls escaped."""
+    sys.stdout.write(escape_controls(text) + "\n")
     sys.stdout.flush()
 
 

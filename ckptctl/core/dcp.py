@@ -16,6 +16,13 @@ SHARD_SUFFIX = ".distcp"
 SHARD_NAME = re.compile(r"^__(?P<rank>\d+)_(?P<n>\d+)\.distcp$")
 #: ``__{rank}.metadata``: rank-local metadata (``dcp.save(..., use_collectives=False)``).
 RANK_METADATA_NAME = re.compile(r"^__(?P<rank>\d+)\.metadata$")
+#: The largest offset, length or dimension an index may hold: DCP and torch keep them in int64.
+MAX_INDEX_INT = 2**63 - 1
+
+
+def is_metadata_name(name: str) -> bool:
+    """Is ``name`` one of DCP's own index files (``.metadata``, ``__r.metadata``), never a data file?"""
+    return name == METADATA_NAME or RANK_METADATA_NAME.match(name) is not None
 
 # Bytes per element, by the dtype's name in ``torch.<name>``.
 DTYPE_ITEMSIZE: dict[str, int] = {

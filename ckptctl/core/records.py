@@ -97,12 +97,29 @@ class RecordFormatError(ValueError):
     """The bytes are not a well-formed zip archive; the message says where."""
 
 
+#: The most a compressed (deflate) member may inflate to, and by what ratio. torch.save
+#: stores members uncompressed; a deflated one is checked only within these bounds.
+MAX_INFLATED_BYTES = 256 << 20
+MAX_INFLATE_RATIO = 100
+#: The largest ``data.pkl`` the deep check reads into memory to scan for globals.
+MAX_PICKLE_SCAN_BYTES = 256 << 20
+_CDH_SIZE = 46
+
+
 def parse_directory(tail: bytes, record_length: int) -> list[Member]:
     """Members of a zip archive of ``record_length`` bytes whose last bytes are ``tail``.
 
     ``tail`` must hold the end-of-central-directory record and the whole central
-    directory; raise ``RecordFormatError`` otherwise.
+    directory; raise ``RecordFormatError`` otherwise (never ``struct.error``: every
+    field is read inside the bytes at hand, and the entry count is bounded by them).
     """
+    try:
+        return _parse_directory(tail, record_length)
+    except (struct.error, IndexError) as e:
+        raise RecordFormatError(f"truncated zip directory ({e})") from None
+
+
+def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
     tail_start = record_length - len(tail)
     pos = tail.rfind(_EOCD, max(0, len(tail) - 22 - 65535))
     if pos < 0 or len(tail) - pos < 22:
@@ -127,10 +144,12 @@ def parse_directory(tail: bytes, record_length: int) -> list[Member]:
             f"central directory [{cd_offset}, {cd_offset + cd_size}) does not fit the record "
             f"({record_length} bytes) or the tail read"
         )
+    if n_total * _CDH_SIZE > cd_size:
+        raise RecordFormatError(f"zip directory claims {n_total} entries in {cd_size} bytes")
     members: list[Member] = []
     p = rel_cd
     for _ in range(n_total):
-        if tail[p : p + 4] != _CDH:
+        if tail[p : p + 4] != _CDH or p + _CDH_SIZE > len(tail):
             raise RecordFormatError(f"bad central directory entry at record offset {tail_start + p}")
         (_, _vm, _vn, _flags, method, _t, _d, crc, csize, usize, nlen, xlen, clen, _disk, _ia, _ea,
          lho) = struct.unpack_from("<IHHHHHHIIIHHHHHII", tail, p)  # fmt: skip
@@ -250,6 +269,19 @@ def scan_pickle(data: bytes, findings: RecordFindings, where: str, extra_allowed
             )
 
 
+def inflate_capped(raw: bytes, declared_size: int) -> bytes:
+    """Inflate a deflate member, streamed: never past its declared size, the byte cap or the ratio cap."""
+    cap = min(declared_size, MAX_INFLATED_BYTES, max(len(raw), 1) * MAX_INFLATE_RATIO)
+    d = zlib.decompressobj(-15)
+    out = d.decompress(raw, cap + 1)
+    if len(out) > cap:
+        raise RecordFormatError(
+            f"inflates past {cap} bytes (declared {declared_size}; caps {MAX_INFLATED_BYTES >> 20} MiB, "
+            f"{MAX_INFLATE_RATIO}x)"
+        )
+    return out
+
+
 def check_record(
     record: Any,
     *,
@@ -286,8 +318,8 @@ def check_record(
             data = raw
         elif m.method == 8:
             try:
-                data = zlib.decompress(bytes(raw), -15)
-            except zlib.error as e:
+                data = inflate_capped(bytes(raw), m.size)
+            except (zlib.error, RecordFormatError) as e:
                 findings.problems.append(f"member {m.name}: cannot inflate: {e}")
                 continue
         else:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
-from ckptctl.adapters.storage import Storage
+from ckptctl.adapters.storage import SpecialFileError, Storage
 from ckptctl.core import verify as v
 from ckptctl.core.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.dcp import StorageItem
 from ckptctl.core.manifest import Manifest, format_crc32
 from ckptctl.core.records import (
+    MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
     RecordFindings,
     RecordFormatError,
@@ -187,6 +188,9 @@ def _deep_file(
             res.bytes_read = rd.pos
     except StorageUnreachableError:
         raise
+    except SpecialFileError as e:
+        res.problems.append(v.Problem(v.CORRUPT, f"shard {rel} refused: {e.message}", code=v.RECORD_CORRUPT))
+        res.crc = None
     except StorageError as e:
         res.problems.append(v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED))
         res.crc = None
@@ -205,7 +209,7 @@ def _check_transformed(
     record: bytes | memoryview, item: StorageItem, options: CheckOptions, res: _FileResult
 ) -> tuple[RecordFindings, bytes | None]:
     """Undo the record's writer extensions (zstd) and check the archive inside, like any record."""
-    from ckptctl.adapters.transforms import TransformError, decoder_for
+    from ckptctl.adapters.transforms import TransformError, TransformLimitError, decoder_for
 
     label = "+".join(item.transforms) or "unknown extension"
     decode, why = decoder_for(item.transforms)
@@ -214,6 +218,11 @@ def _check_transformed(
         return RecordFindings(), None
     try:
         plain = decode(bytes(record))
+    except TransformLimitError as e:
+        # past the decompression caps: not proof of damage, just not looked into here
+        why = f"decodes past the caps ({e})"
+        res.undecoded[why] = res.undecoded.get(why, 0) + 1
+        return RecordFindings(), None
     except TransformError as e:
         findings = RecordFindings()
         findings.problems.append(f"{label}: {e}")
@@ -266,6 +275,12 @@ def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem,
             crc = crc32_combine(crc, c, len(chunk))
             if pkl is not None:
                 pkl.extend(chunk)
+                if len(pkl) > MAX_PICKLE_SCAN_BYTES:
+                    findings.problems.append(
+                        f"member {m.name} is over {MAX_PICKLE_SCAN_BYTES >> 20} MiB: too large to scan for "
+                        "hostile globals (DCP would unpickle it whole)"
+                    )
+                    pkl = None
             left -= len(chunk)
         if left:
             findings.problems.append(f"member {m.name} runs past the end of the file")

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptctl.adapters.dcp_metadata import MetadataError, merge_indexes, read_index
-from ckptctl.adapters.storage import Entry, Storage
+from ckptctl.adapters.dcp_metadata import (
+    MAX_METADATA_BYTES,
+    MetadataError,
+    merge_indexes,
+    read_index,
+)
+from ckptctl.adapters.storage import Entry, FileTooLargeError, SpecialFileError, Storage
 from ckptctl.core import verify as v
 from ckptctl.core.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
 from ckptctl.core.manifest import (
@@ -214,6 +219,8 @@ def inspect_checkpoint(
             problems.append(v.Problem(v.CORRUPT, f"{MANIFEST_NAME}: {e}", code=v.MANIFEST_CORRUPT))
         except StorageUnreachableError:
             raise
+        except (SpecialFileError, FileTooLargeError) as e:
+            problems.append(v.Problem(v.CORRUPT, f"{MANIFEST_NAME} refused: {e.message}", code=v.MANIFEST_CORRUPT))
         except StorageError as e:
             problems.append(v.Problem(v.INCOMPLETE, f"cannot read {MANIFEST_NAME}: {e.message}", code=v.READ_FAILED))
         if COMMIT_MARKER_NAME in files and manifest_bytes is not None:
@@ -354,9 +361,13 @@ def _read_metadata(
         problems.append(v.Problem(v.CORRUPT, f"{shown} is empty (0 bytes)", code=v.METADATA_CORRUPT))
         return None
     try:
-        data = storage.read_bytes(storage.join(upath, name))
+        data = storage.read_bytes(storage.join(upath, name), max_bytes=MAX_METADATA_BYTES)
     except StorageUnreachableError:
         raise
+    except (SpecialFileError, FileTooLargeError) as e:
+        # something is there but it is not a .metadata one could read: refused, not read whole
+        problems.append(v.Problem(v.CORRUPT, f"{shown} refused: {e.message}", code=v.METADATA_CORRUPT))
+        return None
     except StorageError as e:
         problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
         return None

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
-from ckptctl.adapters.dcp_metadata import is_allowed_metadata_global
+from ckptctl.adapters.dcp_metadata import MetadataError, is_allowed_metadata_global, read_index
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.core.dcp import is_dtype_name
 from ckptctl.core.manifest import format_crc32
@@ -260,7 +260,20 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def parse_metadata_bytes(data: bytes, where: str) -> Metadata:
-    """Parse ``.metadata`` bytes without running anything they name; check the structure."""
+    """Parse ``.metadata`` bytes without running anything they name; check the structure.
+
+    The bytes first go through ``ckptctl verify``'s stand-in reader: it bounds the pickle's
+    shape (memo, lengths, nesting), refuses any BUILD onto a class or global object and
+    type-checks every value DCP's loader uses. Only a stream it accepts is unpickled onto
+    the real torch classes, so nothing can set an attribute of a torch class for the process.
+    """
+    try:
+        read_index(data)
+    except MetadataError as e:
+        raise UnsafeCheckpointError(
+            f"{where}: .metadata refused by the restricted reader: {e}",
+            hint="run `ckptctl verify --deep` on it; do not load it with plain dcp.load",
+        ) from e
     try:
         md = _MetadataUnpickler(io.BytesIO(data)).load()
     except Exception as e:  # any parse failure of untrusted bytes is "unsafe or corrupt"

@@ -1,0 +1,140 @@
+"""Issue 9: every ``.metadata`` and record finding, from the generated corpus (tests/fuzz/corpus.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ckptctl.adapters.dcp_metadata import MetadataError, read_index
+from ckptctl.core.records import check_record, parse_directory
+from ckptctl.ops.checkpoints import verify_checkpoint
+from tests.fuzz.corpus import Case, metadata_cases, record_cases, write_small_checkpoint
+
+
+@pytest.fixture(scope="module")
+def real_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("real") / "step_10")
+
+
+def _cases(real_step: Path) -> dict[str, Case]:
+    return {c.name: c for c in metadata_cases((real_step / ".metadata").read_bytes())}
+
+
+_NAMES = [
+    "class_build_poison", "memo_huge_index", "memo_put_text", "binbytes_huge", "binbytes8_huge",
+    "long4_huge", "shared_refs_bomb", "nesting_1000", "nesting_100k", "nesting_chunks_5000",
+    "properties_int", "int_over_4300_digits", "offset_over_4300_digits", "length_2_64", "size_dim_huge",
+    "dtype_list", "dtype_str", "transforms_str", "transforms_int_list", "relative_path_metadata",
+    "relative_path_bytes", "chunk_sizes_str", "fqn_huge_repr", "truncated_half", "empty_file",
+    "storage_meta_int", "index_hint_str",
+]  # fmt: skip
+
+
+def test_corpus_names_are_all_tested(real_step: Path) -> None:
+    assert sorted(_cases(real_step)) == sorted(_NAMES)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", _NAMES)
+@pytest.mark.parametrize("deep", [False, True], ids=["quick", "deep"])
+def test_metadata_case_is_a_clean_verdict(real_step: Path, tmp_path: Path, name: str, deep: bool) -> None:
+    case = _cases(real_step)[name]
+    step = tmp_path / "step_10"
+    shutil.copytree(real_step, step)
+    (step / ".metadata").write_bytes(case.data)
+    report = verify_checkpoint(str(step), deep=deep)
+    assert report.status == case.expect, (case.why, report.problems)
+    assert all(len(p) < 2000 for p in report.problems), "messages must stay short"
+
+
+def test_reader_raises_only_metadata_error(real_step: Path) -> None:
+    for case in _cases(real_step).values():
+        with pytest.raises(MetadataError):
+            read_index(case.data)
+
+
+def test_class_build_does_not_poison_later_checkpoints(real_step: Path, tmp_path: Path) -> None:
+    poison = _cases(real_step)["class_build_poison"]
+    bad = tmp_path / "bad" / "step_10"
+    shutil.copytree(real_step, bad)
+    (bad / ".metadata").write_bytes(poison.data)
+    assert verify_checkpoint(str(bad)).status == "corrupt"
+    # the same process then checks a genuine checkpoint: it must still be complete
+    assert verify_checkpoint(str(real_step)).status == "complete"
+    assert read_index((real_step / ".metadata").read_bytes()).tensors["w"].chunks
+
+
+def test_training_reader_is_not_poisoned(real_step: Path) -> None:
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    from ckptctl.training._dcp_io import parse_metadata_bytes
+    from ckptctl.training.errors import UnsafeCheckpointError
+
+    before = dict(vars(ChunkStorageMetadata))
+    for case in _cases(real_step).values():
+        with pytest.raises(UnsafeCheckpointError):
+            parse_metadata_bytes(case.data, "step_10")
+    assert dict(vars(ChunkStorageMetadata)) == before
+    md = parse_metadata_bytes((real_step / ".metadata").read_bytes(), "step_10")
+    assert md.state_dict_metadata["w"].chunks[0].sizes == (3, 4)
+
+
+@pytest.mark.parametrize("case", record_cases(), ids=lambda c: c.name)
+def test_record_case_is_a_clean_problem(case: Case) -> None:
+    findings, _ = check_record(case.data)
+    assert findings.problems, case.why
+
+
+def test_truncated_directory_is_a_format_error() -> None:
+    from ckptctl.core.records import RecordFormatError
+
+    tail = b"PK\x01\x02" + b"\0" * 10 + b"PK\x05\x06" + b"\0" * 4 + b"\x01\x00\x01\x00" + b"\x0e\0\0\0" + b"\0" * 6
+    with pytest.raises(RecordFormatError):
+        parse_directory(tail, len(tail))
+
+
+def test_zstd_bomb_stops_at_the_cap() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    from ckptctl.adapters.transforms import TransformLimitError, decode_cap, decoder_for
+
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))  # ~2 KiB -> 64 MiB
+    decode, _ = decoder_for(["stream.zstd/1"])
+    assert decode is not None
+    with pytest.raises(TransformLimitError):
+        decode(bomb)
+    assert decode_cap(len(bomb)) < 64 << 20
+    plain = b"x" * 1000
+    assert decode(zstandard.ZstdCompressor().compress(plain)) == plain
+
+
+def test_deflate_member_is_inflated_within_caps() -> None:
+    import zlib
+
+    from ckptctl.core.records import RecordFormatError, inflate_capped
+
+    raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = raw.compress(b"\0" * (8 << 20)) + raw.flush()
+    with pytest.raises(RecordFormatError, match="inflates past"):
+        inflate_capped(packed, 8 << 20)  # honest size, but 1000x: over the ratio cap
+    with pytest.raises(RecordFormatError):
+        inflate_capped(packed, 100)  # more than it declared
+    small = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = bytes(range(256)) * 4
+    assert inflate_capped(small.compress(data) + small.flush(), len(data)) == data
+
+
+def test_zstd_record_past_the_caps_is_noted_not_corrupt(tmp_path: Path) -> None:
+    """A genuine zstd record of zeros decodes past the ratio cap: complete, with a note."""
+    pytest.importorskip("zstandard")
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    step = tmp_path / "step_10"
+    sd = {"zeros": torch.zeros(6 << 20)}  # 24 MiB of zeros: ~1 KiB compressed
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(step), _extensions=[ZStandard()]))
+    r = verify_checkpoint(str(step), deep=True)
+    assert r.status == "complete", r.problems
+    assert any("caps" in n for n in r.notes), r.notes
