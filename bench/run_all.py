@@ -17,7 +17,7 @@ QUICK_FLAGS = {"classify": ["--size-mb", "200"], "verify": ["--quick"]}
 def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     quick = "--quick" in sys.argv[1:]
-    scripts = sorted(HERE.glob("bench_*.py"))
+    scripts = sorted([*HERE.glob("bench_*.py"), *HERE.glob("*_accuracy.py")])
     if args:
         scripts = [s for s in scripts if s.stem.removeprefix("bench_") in args]
     failed = []

@@ -26,10 +26,16 @@ class LogFormat(str, Enum):
     megatron = "megatron"
     torchtitan = "torchtitan"
     nanogpt = "nanogpt"
+    detectron2 = "detectron2"
+    fairseq = "fairseq"
+    deepspeed = "deepspeed"
+    coqui = "coqui"
+    keras = "keras"
+    lightning = "lightning"
     jsonl = "jsonl"
     hf = "hf"
-    lightning = "lightning"
     lightning_csv = "lightning-csv"
+    columns = "columns"
     generic = "generic"
 
 

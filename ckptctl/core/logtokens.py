@@ -1,0 +1,398 @@
+"""Training-log lines as tokens: ``key -> number`` fields, whatever the logger.
+
+Pure, stdlib only. One tokenizer reads every shape trainers print a metric in:
+``key=value``, ``key: value``, ``key value``, ``key N/T``, glued ``iter120``,
+``| lm loss: 2.3E+00 |``, ``123.4ms``, ``2,350``, ``-12.5``, ``nan``; a number
+with no key before it takes a unit word after it (``503.0 ms/it``, ``5.9it/s``),
+and a bare ``N/T`` counter (a progress bar's batch) is kept aside. Dict lines
+(JSON, Python ``str(dict)``) are read as dicts. ``classify_key`` then says what a
+key means (step, loss, learning rate, tokens, throughput, ...) from its words, so
+a new logger with familiar words needs no new code.
+"""
+
+from __future__ import annotations
+
+import ast
+import calendar
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+#: Longest line read; the rest of a longer line is ignored (a 200 MB line cannot cost more).
+MAX_LINE_CHARS = 65536
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
+_TORCHRUN_TAG_RE = re.compile(r"^\[([A-Za-z_]*?)(\d+)\]:\s?")
+_NUM = r"(?<![\d.])[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?!\.?\d)"
+#: Units a number may carry glued (``123.4ms``, ``61.3GiB``, ``5.9it/s``); any other
+#: letters glued to a number make it no number (``{step:2d}``, ``0x1F``, ``8.5f``).
+_UNITS = r"ms|us|s|sec|m|h|min|it|tok|samples|GiB|GB|MiB|MB|KiB|KB|G|M|K|B|k|x|TFLOP|TFLOPs"
+_TOKEN_RE = re.compile(
+    r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
+    r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_./]*)"
+    r"|(?P<hard>\||;|,\s|\s-{1,2}\s|\]|>)"
+    r"|(?P<qslash>/\?)"
+    r"|(?P<slash>/)"
+)
+#: Words a key never ends with: a "nan" after them is a word ("number of nan iterations").
+_STOPWORDS = frozenset({"of", "the", "a", "an", "for", "to", "at", "in", "on", "is", "no", "any"})
+_GLUED_RE = re.compile(r"^(?P<key>[A-Za-z]+?)(?P<num>\d+)$")
+#: Words a number may be glued to (``iter120``, ``step5``).
+GLUED_KEYS = frozenset({"iter", "it", "step", "steps", "iteration", "epoch", "global_step"})
+#: Unit words that name the number before them (``503 ms/it``, ``5000 updates``).
+POSTFIX_KEYS = frozenset(
+    {"ms/it", "s/it", "it/s", "ms/step", "s/step", "tok/s", "tokens/s", "samples/s", "updates", "steps"}
+)
+_TIMESTAMP_RES = (
+    re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,6}))?"),
+    re.compile(r"\[(?P<mo>\d\d)/(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One ``key -> number`` read from a line."""
+
+    key: str
+    """Lower-case words joined by ``_`` (``lm_loss``, ``elapsed_time_per_iteration_ms``)."""
+    value: float
+    total: float | None = None
+    """The ``T`` of ``key N/T``."""
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    fields: tuple[Field, ...]
+    counter: tuple[int, int] | None
+    """The first bare ``N/T`` (no key before it): a progress bar's batch of an epoch."""
+    words: tuple[str, ...]
+    """Every word of the line, lower-case (for event and header detection)."""
+    num_numbers: int
+
+
+def clean_line(raw: str) -> tuple[str, int | None]:
+    """Strip ANSI codes and up to two torchrun tags; return (text, rank from the tag)."""
+    text = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    text = text.strip("\n")
+    rank: int | None = None
+    for _ in range(2 if text.startswith("[") else 0):
+        m = _TORCHRUN_TAG_RE.match(text)
+        if m is None:
+            break
+        if rank is None:
+            rank = int(m.group(2))
+        text = text[m.end() :]
+    return text.strip(), rank
+
+
+def parse_float(text: str) -> float | None:
+    """A float from a log token ('2.34', '2,350', '2.3E+00', 'nan', "'2.34'", '12%'), else None."""
+    token = text.strip().strip("'\"").rstrip(",;|%")
+    if not token:
+        return None
+    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?", token):
+        token = token.replace(",", "")
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def parse_int(text: str) -> int | None:
+    """A non-negative integer ('120', '2,350', '120.0'), else None."""
+    value = parse_float(text)
+    if value is None or not math.isfinite(value) or value != int(value) or value < 0:
+        return None
+    return int(value)
+
+
+def _key(words: list[str]) -> str:
+    return "_".join(w.lower().strip("./") for w in words[-6:] if w.strip("./"))
+
+
+def tokenize(text: str) -> Tokens:
+    """The fields of one cleaned line (see the module docstring)."""
+    fields: list[Field] = []
+    words: list[str] = []
+    all_words: list[str] = []
+    counter: tuple[int, int] | None = None
+    pending: tuple[str, float, str] | None = None  # (key, value, unit) waiting for "/ T"
+    after_slash = False
+    keyless: tuple[float, str] | None = None  # a number with no key, for a postfix unit word
+    num_numbers = 0
+    last_bare: float | None = None
+    prev_end = 0
+    for m in _TOKEN_RE.finditer(text[:MAX_LINE_CHARS]):
+        gap_start, prev_end = prev_end, m.end()
+        kind = next(k for k in ("num", "word", "hard", "qslash", "slash") if m.group(k) is not None)
+        if kind == "num" and m.group("num").strip("+-").isalpha() and words and words[-1].lower() in _STOPWORDS:
+            kind = "word"  # "number of nan iterations": a word, not a value
+        if kind == "word":
+            word = m.group(0)
+            glued = _GLUED_RE.match(word)
+            if glued and glued.group("key").lower() in GLUED_KEYS:
+                _flush(fields, pending)
+                pending = (glued.group("key").lower(), float(glued.group("num")), "")
+                words = []
+                all_words.append(glued.group("key").lower())
+                keyless = None
+                continue
+            low = word.lower()
+            all_words.append(low)
+            if keyless is not None and low in POSTFIX_KEYS:
+                fields.append(Field(low.replace("/", "_per_"), keyless[0], None, keyless[1]))
+                keyless = None
+                continue
+            keyless = None
+            if pending is not None:
+                _flush(fields, pending)
+                pending = None
+            words.append(word)
+            after_slash = False
+            continue
+        if kind == "num":
+            num_numbers += 1
+            value = parse_float(m.group("num"))
+            unit = (m.group("unit") or "").lower()
+            if value is None:
+                continue
+            if after_slash and pending is not None:
+                fields.append(Field(pending[0], pending[1], value, pending[2]))
+                pending = None
+                after_slash = False
+                continue
+            if after_slash and last_bare is not None and counter is None:
+                if value == int(value) and last_bare == int(last_bare) and 0 <= last_bare <= value:
+                    counter = (int(last_bare), int(value))
+                after_slash = False
+                last_bare = None
+                continue
+            _flush(fields, pending)
+            pending = None
+            after_slash = False
+            gap = text[gap_start : m.start()]
+            if words and ("[" in gap or "(" in gap) and not ("=" in gap or ":" in gap):
+                words = []  # post_steps[0], f(3): an index or an argument, not a value
+            if words:
+                pending = (_key(words), value, unit)
+                words = []
+                last_bare = None
+            elif unit and unit.replace("/", "_per_") in {k.replace("/", "_per_") for k in POSTFIX_KEYS}:
+                fields.append(Field(unit.replace("/", "_per_"), value, None, unit))
+                last_bare = None
+            else:
+                last_bare = value
+                keyless = (value, unit)
+            continue
+        if kind == "slash":
+            after_slash = True
+            continue
+        if kind == "qslash":  # "10/?": a bar of unknown length
+            if last_bare is not None and counter is None and last_bare == int(last_bare) and last_bare >= 0:
+                counter = (int(last_bare), 0)
+            last_bare = None
+            continue
+        # a hard separator ends the key words
+        _flush(fields, pending)
+        pending = None
+        words = []
+        keyless = None
+        after_slash = False
+        last_bare = None
+    _flush(fields, pending)
+    return Tokens(tuple(fields), counter, tuple(all_words), num_numbers)
+
+
+def _flush(fields: list[Field], pending: tuple[str, float, str] | None) -> None:
+    if pending is not None and pending[0]:
+        fields.append(Field(pending[0], pending[1], None, pending[2]))
+
+
+# -- dict lines ----------------------------------------------------------------------------
+
+_BARE_NONFINITE_RE = re.compile(r"(?<=[:\[,\s])(-?inf|nan)(?=\s*[,}\]])")
+
+
+def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
+    """The dict a line prints (JSON or Python ``str(dict)``) and its style, else None."""
+    start = text.find("{")
+    end = text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    body = text[start : end + 1]
+    if '"' in body:
+        try:
+            doc = json.loads(body)  # accepts NaN / Infinity
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            return doc, "jsonl"
+    if "'" in body:
+        body = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body)
+        try:
+            doc = ast.literal_eval(body)  # literals only: nothing in the log can run
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return None
+        if isinstance(doc, dict):
+            return doc, "hf"
+    return None
+
+
+def dict_fields(doc: dict[str, Any]) -> tuple[Field, ...]:
+    """Numeric entries of a dict (one level of nesting flattened with ``/``)."""
+    out: list[Field] = []
+    for key, value in list(doc.items())[:512]:
+        if isinstance(value, dict):
+            for k2, v2 in list(value.items())[:64]:
+                f = _value(f"{key}/{k2}", v2)
+                if f is not None:
+                    out.append(f)
+            continue
+        f = _value(str(key), value)
+        if f is not None:
+            out.append(f)
+    return tuple(out)
+
+
+def _value(key: str, value: Any) -> Field | None:
+    if isinstance(value, list) and value:
+        value = value[0]  # per-group values: the first group
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        parsed = parse_float(value)
+        if parsed is None:
+            return None
+        number = parsed
+    else:
+        return None
+    return Field(key.strip().lower().replace(" ", "_"), number)
+
+
+# -- what a key means ----------------------------------------------------------------------
+
+STEP = "step"
+EPOCH = "epoch"
+LOSS = "loss"
+EVAL = "eval"
+LR = "lr"
+TOKENS = "tokens"
+SAMPLES = "samples"
+SEC_PER_STEP = "sec_per_step"
+TOKENS_PER_S = "tokens_per_s"
+SAMPLES_PER_S = "samples_per_s"
+STEPS_PER_S = "steps_per_s"
+MFU = "mfu"
+TFLOPS = "tflops"
+LOSS_SCALE = "loss_scale"
+GRAD_NORM = "grad_norm"
+RANK = "rank"
+NAN_COUNT = "nan_count"
+WALL = "wall"
+
+_EVAL_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "test", "testing", "dev"})
+#: Any of these words on a text line makes it an evaluation line (fairseq's "| valid | ... | loss 5.2 |").
+EVAL_LINE_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating"})
+_NOT_LOSS_WORDS = frozenset({"scale", "aux", "auxiliary", "balance", "router", "z", "epoch", "function", "fn", "type", "weight", "weights", "coef", "ratio"})
+_STEP_WORDS = {
+    "global_step": 0, "globalstep": 0, "num_updates": 0, "updates": 1, "optimizer_step": 0,
+    "step": 2, "steps": 2, "iteration": 2, "iter": 2, "it": 3, "global": 2, "_step": 2,
+}  # fmt: skip
+_LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss": 1, "lm_loss": 1,
+                    "train/loss": 1, "train_loss_step": 0, "loss_step": 1, "train/loss_step": 0, "train/lm_loss": 1}  # fmt: skip
+
+
+_TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
+
+
+def _split(key: str) -> list[str]:
+    return [w for w in re.split(r"[_\s/.\-]+", key) if w]
+
+
+def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
+    """(meaning, rank: lower is preferred) of a field's key, or None for anything else."""
+    words = _split(key)
+    if not words:
+        return None
+    wset = set(words)
+    last = words[-1]
+    if wset & _EVAL_WORDS:
+        return (EVAL, 0) if "loss" in wset or wset & {"step", "iter", "iteration", "ppl"} else None
+    if "nan" in wset and wset & {"iterations", "iteration", "steps", "count"}:
+        return NAN_COUNT, 0
+    if wset & {"skipped", "skip", "number", "nan"}:
+        return None
+    if last == "rank" and len(words) <= 2:
+        return RANK, 0
+    if "loss" in wset:
+        if wset & {"scale", "scaler"}:
+            return LOSS_SCALE, 0
+        if wset & _NOT_LOSS_WORDS or "lr" in wset:
+            return None
+        tail = "_".join(words[words.index("loss") - 1 :]) if words.index("loss") > 0 else "_".join(words[words.index("loss") :])
+        for candidate in (key, "_".join(words[-3:]), "_".join(words[-2:]), tail):
+            if candidate in _LOSS_RANK_EXACT:
+                return LOSS, _LOSS_RANK_EXACT[candidate]
+        if last == "loss" or (words[0] == "loss" and len(words) == 2 and words[1].isdigit()):
+            return LOSS, 2
+        return LOSS, 3  # a component (loss_cls, decoder_loss): only when nothing better
+    if last in {"lr", "learning_rate"} or words[-2:] == ["learning", "rate"] or (wset & {"lr"} and len(words) <= 3):
+        return LR, 0
+    if wset & {"gnorm", "grad_norm"} or words[-2:] == ["grad", "norm"] or (last == "norm" and "grad" in wset):
+        return GRAD_NORM, 0
+    if last == "scale" and len(words) <= 2:
+        return LOSS_SCALE, 1
+    if wset & {"mfu"}:
+        return MFU, 0
+    if wset & {"tflops", "tflop"}:
+        return TFLOPS, 0
+    per = "per" in wset or unit.endswith(("/s", "/sec")) or last in {"s", "sec", "second", "ps"}
+    if wset & {"tps", "wps"} or (wset & {"tokens", "tok", "token", "words"} and per):
+        return TOKENS_PER_S, 0
+    if (wset & {"samples", "sample"} and per) or wset & {"sps"}:
+        return SAMPLES_PER_S, 0
+    if key in {"it_per_s", "ups", "steps_per_second", "train_steps_per_second"} or unit == "it/s":
+        return STEPS_PER_S, 0
+    timing = "time" in wset or wset & {"dt", "ms", "elapsed"} or key in _TIME_KEYS
+    excluded = wset & {"data", "loader", "last", "wall", "train_wall", "eta", "total", "avg"}
+    per_step = wset & {"iteration", "iter", "step", "it", "batch", "time", "dt"} or key.endswith(("_per_it", "_per_step"))
+    if timing and not excluded and (per_step or key == "ms"):
+        return SEC_PER_STEP, 0 if ("per" in wset or key.endswith(("_per_it", "_per_step"))) else 1
+    if (wset & {"tokens", "token"} and wset & {"seen", "consumed", "num", "input", "total", "processed"}) or key in {"tokens", "ntokens"}:
+        return TOKENS, 0
+    if wset & {"samples", "sample"} and wset & {"seen", "consumed", "num", "processed"}:
+        return SAMPLES, 0
+    if last in _STEP_WORDS and not wset & {"per", "time", "validate"}:
+        joined = "_".join(words[-2:])
+        return STEP, min(_STEP_WORDS.get(joined, 9), _STEP_WORDS[last])
+    if key in _STEP_WORDS:
+        return STEP, _STEP_WORDS[key]
+    if last == "epoch":
+        return EPOCH, 0
+    if key in {"time", "timestamp", "_timestamp", "wall_time", "walltime", "ts"}:
+        return WALL, 0
+    return None
+
+
+def timestamp_s(text: str) -> tuple[float, int, int] | None:
+    """(seconds, start, end) of a timestamp near the line's start (UTC calendar arithmetic; no clock)."""
+    head = text[:64]
+    for i, regex in enumerate(_TIMESTAMP_RES):
+        m = regex.search(head)
+        if m is None:
+            continue
+        g = m.groupdict()
+        year = int(g["y"]) if i == 0 else 2001  # detectron2 prints no year
+        try:
+            base = calendar.timegm((year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"]), int(g["s"]), 0, 0, 0))
+        except (ValueError, OverflowError):
+            return None
+        frac = g.get("f")
+        return base + (int(frac) / 10 ** len(frac) if frac else 0.0), m.start(), m.end()
+    return None
