@@ -25,7 +25,7 @@ MAX_LINE_CHARS = 65536
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
 _TORCHRUN_TAG_RE = re.compile(r"^\[([A-Za-z_]*?)(\d+)\]:\s?")
-_NUM = r"(?<![\d.])[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?!\.?\d)"
+_NUM = r"(?<![\d.])[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?!\.?\d)"
 #: Units a number may carry glued (``123.4ms``, ``61.3GiB``, ``5.9it/s``); any other
 #: letters glued to a number make it no number (``{step:2d}``, ``0x1F``, ``8.5f``).
 _UNITS = r"ms|us|s|sec|m|h|min|it|tok|samples|GiB|GB|MiB|MB|KiB|KB|G|M|K|B|k|x|TFLOP|TFLOPs"
