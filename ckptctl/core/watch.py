@@ -138,6 +138,7 @@ from ckptctl.core.watch_model import (
     fmt_num,
 )
 from ckptctl.core.watch_resume import (
+    LOST_LINES_TIME_FACTOR,
     accepted_start,
     assign_steps,
     check_steps,
@@ -371,11 +372,29 @@ def analyze(
             )
         )
         if rs is None and pre and p1 > pre[-1].step + gap_tol:
-            notes.append(
-                f"the resumed run starts at step {p1}, past the last pre-failure step logged "
-                f"({pre[-1].step}): expected if the log lost its tail in the crash (buffered output); "
-                "pass --resume-step to check for skipped steps"
-            )
+            last, first = pre[-1], resumed.points[0]
+            needed = (p1 - last.step - interval) * sec_per_step if sec_per_step else None
+            if needed is not None and last.wall is not None and first.wall is not None and (
+                first.wall - last.wall < needed / LOST_LINES_TIME_FACTOR
+            ):
+                # Lost lines take the time the steps took; this jump came faster than
+                # the steps could have run, even with the restart's downtime in it.
+                findings.append(
+                    Finding(
+                        verdict=SKIPPED,
+                        message=f"the step counter jumps from {last.step} to {p1} across the restart in "
+                        f"{first.wall - last.wall:.0f} s; at the run's {sec_per_step:.3g} s/step those "
+                        f"steps take {needed:.0f} s: they were never trained",
+                        step=p1,
+                        line_no=first.line_no,
+                    )
+                )
+            else:
+                notes.append(
+                    f"the resumed run starts at step {p1}, past the last pre-failure step logged "
+                    f"({last.step}): expected if the log lost its tail in the crash (buffered output); "
+                    "pass --resume-step to check for skipped steps"
+                )
     elif p1 <= 1 and pre and pre[-1].step > 1 + interval:
         findings.append(
             Finding(
