@@ -12,6 +12,7 @@ import sys
 import typer
 
 from ckptctl import __version__, exit_codes
+from ckptctl.cli import cadence as cadence_cli
 from ckptctl.cli import checkpoints, classify, launch, recover, rollback, watch
 from ckptctl.cli import output as out
 from ckptctl.errors import CkptctlError
@@ -45,6 +46,7 @@ def _root(
 
 for _module in (checkpoints, classify, watch, rollback, launch, recover):
     _module.register(app)
+cadence_cli.register(app)
 
 
 def _debug() -> bool:
