@@ -393,7 +393,8 @@ class LossLogParser:
         if rec.step is not None:
             self._in_eval = False
             pending = self._pending
-            if pending is not None and pending.step == rec.step and pending.rank == rec.rank and pending.loss is None:
+            same_rank = pending is not None and (pending.rank == rec.rank or None in (pending.rank, rec.rank))
+            if pending is not None and same_rank and pending.step == rec.step and pending.loss is None:
                 rec.merge(pending)  # the header line's metrics join the line with the loss
                 self._pending = None
             else:
