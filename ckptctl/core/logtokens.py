@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import calendar
+import functools
 import json
 import math
 import re
@@ -29,23 +30,8 @@ _NUM = r"(?<![\d.])[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d*)?|\.\d+)
 #: Units a number may carry glued (``123.4ms``, ``61.3GiB``, ``5.9it/s``); any other
 #: letters glued to a number make it no number (``{step:2d}``, ``0x1F``, ``8.5f``).
 _UNITS = r"ms|us|s|sec|m|h|min|it|tok|samples|GiB|GB|MiB|MB|KiB|KB|G|M|K|B|k|x|TFLOP|TFLOPs"
-_TOKEN_RE = re.compile(
-    r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
-    r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_./]*)"
-    r"|(?P<hard>\||;|,\s|\s-{1,2}\s|\]|>)"
-    r"|(?P<qslash>/\?)"
-    r"|(?P<slash>/)"
-)
 #: Words a key never ends with: a "nan" after them is a word ("number of nan iterations").
 _STOPWORDS = frozenset({"of", "the", "a", "an", "for", "to", "at", "in", "on", "is", "no", "any"})
-_GLUED_RE = re.compile(r"^(?P<key>[A-Za-z]+?)(?P<num>\d+)$")
-#: Words a number may be glued to (``iter120``, ``step5``).
-GLUED_KEYS = frozenset({"iter", "it", "step", "steps", "iteration", "epoch", "global_step"})
-#: Unit words that name the number before them (``503 ms/it``, ``5000 updates``).
-POSTFIX_KEYS = frozenset(
-    {"ms/it", "s/it", "it/s", "ms/step", "s/step", "tok/s", "tokens/s", "samples/s", "updates", "steps"}
-)
 _TIMESTAMP_RES = (
     re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,6}))?"),
     re.compile(r"\[(?P<mo>\d\d)/(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"),
@@ -91,6 +77,10 @@ def clean_line(raw: str) -> tuple[str, int | None]:
 
 def parse_float(text: str) -> float | None:
     """A float from a log token ('2.34', '2,350', '2.3E+00', 'nan', "'2.34'", '12%'), else None."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
     token = text.strip().strip("'\"").rstrip(",;|%")
     if not token:
         return None
@@ -111,105 +101,69 @@ def parse_int(text: str) -> int | None:
 
 
 def _key(words: list[str]) -> str:
-    return "_".join(w.lower().strip("./") for w in words[-6:] if w.strip("./"))
+    return "_".join(w.lower().strip("./()") for w in words[-6:] if w.strip("./()"))
+
+
+_WORD = r"\(?[A-Za-z_][\w./]*\)?"
+# One pass of the regex engine finds every field (Python only sees the matches):
+#   key words (separated by spaces only: "|", ",", ";", " - ", "]" end a key), an
+#   optional ":"/"=" (then "[" or "(" may open a value: lr=[3e-4]), the number, a
+#   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
+#   or a number followed by a unit word (503 ms/it, 5000 updates).
+_FIELD_RE = re.compile(
+    r"(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
+    r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
+    r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
+    r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?"
+    r"|(?<![\w.])(?P<gkey>iter|it|step|steps|iteration|epoch|global_step)(?P<gnum>\d+)(?![\w.])"
+    r"|(?<![\w.])(?P<pnum>" + _NUM + r")[ \t]*(?P<punit>ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps)(?![A-Za-z])"
+)
+_COUNTER_RE = re.compile(r"(?:^|[|\s])(?P<n>\d+)/(?P<t>\d+|\?)(?=[\s\[]|$)")
+_WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
+_NUM_RE = re.compile(_NUM)
 
 
 def tokenize(text: str) -> Tokens:
     """The fields of one cleaned line (see the module docstring)."""
+    text = text[:MAX_LINE_CHARS]
     fields: list[Field] = []
-    words: list[str] = []
-    all_words: list[str] = []
-    counter: tuple[int, int] | None = None
-    pending: tuple[str, float, str] | None = None  # (key, value, unit) waiting for "/ T"
-    after_slash = False
-    keyless: tuple[float, str] | None = None  # a number with no key, for a postfix unit word
-    num_numbers = 0
-    last_bare: float | None = None
-    prev_end = 0
-    for m in _TOKEN_RE.finditer(text[:MAX_LINE_CHARS]):
-        gap_start, prev_end = prev_end, m.end()
-        kind = next(k for k in ("num", "word", "hard", "qslash", "slash") if m.group(k) is not None)
-        if kind == "num" and m.group("num").strip("+-").isalpha() and words and words[-1].lower() in _STOPWORDS:
-            kind = "word"  # "number of nan iterations": a word, not a value
-        if kind == "word":
-            word = m.group(0)
-            glued = _GLUED_RE.match(word)
-            if glued and glued.group("key").lower() in GLUED_KEYS:
-                _flush(fields, pending)
-                pending = (glued.group("key").lower(), float(glued.group("num")), "")
-                words = []
-                all_words.append(glued.group("key").lower())
-                keyless = None
-                continue
-            low = word.lower()
-            all_words.append(low)
-            if keyless is not None and low in POSTFIX_KEYS:
-                fields.append(Field(low.replace("/", "_per_"), keyless[0], None, keyless[1]))
-                keyless = None
-                continue
-            keyless = None
-            if pending is not None:
-                _flush(fields, pending)
-                pending = None
-            words.append(word)
-            after_slash = False
-            continue
-        if kind == "num":
-            num_numbers += 1
-            value = parse_float(m.group("num"))
-            unit = (m.group("unit") or "").lower()
+    for m in _FIELD_RE.finditer(text):
+        num = m.group("num")
+        if num is not None:
+            words = _WORDS_RE.findall(m.group("key"))
+            if num.strip("+-").isalpha() and words[-1].lower() in _STOPWORDS:
+                continue  # "number of nan iterations" is matched whole; this is a shorter try
+            value = parse_float(num)
             if value is None:
                 continue
-            if after_slash and pending is not None:
-                fields.append(Field(pending[0], pending[1], value, pending[2]))
-                pending = None
-                after_slash = False
-                continue
-            if after_slash and last_bare is not None and counter is None:
-                if value == int(value) and last_bare == int(last_bare) and 0 <= last_bare <= value:
-                    counter = (int(last_bare), int(value))
-                after_slash = False
-                last_bare = None
-                continue
-            _flush(fields, pending)
-            pending = None
-            after_slash = False
-            gap = text[gap_start : m.start()]
-            if words and ("[" in gap or "(" in gap) and not ("=" in gap or ":" in gap):
-                words = []  # post_steps[0], f(3): an index or an argument, not a value
-            if words:
-                pending = (_key(words), value, unit)
-                words = []
-                last_bare = None
-            elif unit and unit.replace("/", "_per_") in {k.replace("/", "_per_") for k in POSTFIX_KEYS}:
+            total = m.group("total")
+            fields.append(
+                Field(
+                    _key(words),
+                    value,
+                    parse_float(total) if total is not None else None,
+                    (m.group("unit") or "").lower(),
+                )
+            )
+        elif m.group("gnum") is not None:
+            fields.append(Field(m.group("gkey").lower(), float(m.group("gnum"))))
+        else:
+            value = parse_float(m.group("pnum"))
+            if value is not None:
+                unit = m.group("punit").lower()
                 fields.append(Field(unit.replace("/", "_per_"), value, None, unit))
-                last_bare = None
-            else:
-                last_bare = value
-                keyless = (value, unit)
-            continue
-        if kind == "slash":
-            after_slash = True
-            continue
-        if kind == "qslash":  # "10/?": a bar of unknown length
-            if last_bare is not None and counter is None and last_bare == int(last_bare) and last_bare >= 0:
-                counter = (int(last_bare), 0)
-            last_bare = None
-            continue
-        # a hard separator ends the key words
-        _flush(fields, pending)
-        pending = None
-        words = []
-        keyless = None
-        after_slash = False
-        last_bare = None
-    _flush(fields, pending)
-    return Tokens(tuple(fields), counter, tuple(all_words), num_numbers)
-
-
-def _flush(fields: list[Field], pending: tuple[str, float, str] | None) -> None:
-    if pending is not None and pending[0]:
-        fields.append(Field(pending[0], pending[1], None, pending[2]))
+    counter: tuple[int, int] | None = None
+    c = _COUNTER_RE.search(text) if "/" in text else None
+    if c is not None:
+        n, t = int(c.group("n")), c.group("t")
+        if t == "?":
+            counter = (n, 0)
+        elif 0 <= n <= int(t):
+            counter = (n, int(t))
+    words = tuple(w.lower() for w in _WORDS_RE.findall(text))
+    num_numbers = len(_NUM_RE.findall(text)) if not fields else -1
+    return Tokens(tuple(fields), counter, words, num_numbers)
 
 
 # -- dict lines ----------------------------------------------------------------------------
@@ -315,6 +269,7 @@ def _split(key: str) -> list[str]:
     return [w for w in re.split(r"[_\s/.\-]+", key) if w]
 
 
+@functools.lru_cache(maxsize=4096)
 def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     """(meaning, rank: lower is preferred) of a field's key, or None for anything else."""
     words = _split(key)
