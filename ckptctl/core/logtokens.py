@@ -161,9 +161,9 @@ def tokenize(text: str) -> Tokens:
             counter = (n, 0)
         elif 0 <= n <= int(t):
             counter = (n, int(t))
-    words = tuple(w.lower() for w in _WORDS_RE.findall(text))
+    all_words = tuple(w.lower() for w in _WORDS_RE.findall(text))
     num_numbers = len(_NUM_RE.findall(text)) if not fields else -1
-    return Tokens(tuple(fields), counter, words, num_numbers)
+    return Tokens(tuple(fields), counter, all_words, num_numbers)
 
 
 # -- dict lines ----------------------------------------------------------------------------
