@@ -198,3 +198,32 @@ def test_a_huge_single_line_is_cut_and_cheap(tmp_path: Path) -> None:
     assert [e.step for e in events if isinstance(e, LossPoint)] == [1, 2]
     assert elapsed < 15, elapsed
     assert grew_kib < 100 * 1024, grew_kib  # well under the 640 MB it used to take
+
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "losslogs_realistic"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mangled_lines_never_raise(seed: int) -> None:
+    """Corpus lines with random characters and huge digit runs: points or nothing, never an exception."""
+    import random
+    import string
+
+    from ckptctl.core.watch import analyze
+
+    rng = random.Random(seed)
+    alphabet = string.printable + "\x1b\r{}[]()|:=/,.-+eE nanif" + "".join(chr(i) for i in range(0x2500, 0x2508))
+    lines = [x for f in sorted(CORPUS.glob("*.log"))[::4] for x in f.read_text().split("\n")[:100]]
+    for _ in range(150):
+        parser = LossLogParser()
+        events = []
+        for _ in range(rng.randint(1, 30)):
+            chars = list(rng.choice(lines))
+            for _ in range(rng.randint(0, 6)):
+                if chars:
+                    chars[rng.randrange(len(chars))] = rng.choice(alphabet)
+            if rng.random() < 0.15:
+                chars.insert(rng.randrange(len(chars) + 1), rng.choice(["9", "1,000", "e9", "nan"]) * rng.choice([20, 5000]))
+            events += parser.feed("".join(chars))
+        events += parser.flush()
+        analyze(events, final=True)

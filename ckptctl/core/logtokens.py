@@ -25,7 +25,7 @@ from typing import Any
 MAX_LINE_CHARS = 65536
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
-_TORCHRUN_TAG_RE = re.compile(r"^\[([A-Za-z_]*?)(\d+)\]:\s?")
+_TORCHRUN_TAG_RE = re.compile(r"^\[([A-Za-z_]*?)(\d{1,9})\]:\s?")
 _NUM = r"(?<![\d.])[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?!\.?\d)"
 #: Units a number may carry glued (``123.4ms``, ``61.3GiB``, ``5.9it/s``); any other
 #: letters glued to a number make it no number (``{step:2d}``, ``0x1F``, ``8.5f``).
@@ -92,10 +92,15 @@ def parse_float(text: str) -> float | None:
         return None
 
 
+def is_count(value: float) -> bool:
+    """A whole number a step or rank can be (finite, non-negative, exact in a float)."""
+    return math.isfinite(value) and value >= 0 and value == int(value) and value < 2**53
+
+
 def parse_int(text: str) -> int | None:
     """A non-negative integer ('120', '2,350', '120.0'), else None."""
     value = parse_float(text)
-    if value is None or not math.isfinite(value) or value != int(value) or value < 0:
+    if value is None or not is_count(value):
         return None
     return int(value)
 
@@ -119,7 +124,7 @@ _FIELD_RE = re.compile(
     r"|(?<![\w.])(?P<gkey>iter|it|step|steps|iteration|epoch|global_step)(?P<gnum>\d+)(?![\w.])"
     r"|(?<![\w.])(?P<pnum>" + _NUM + r")[ \t]*(?P<punit>ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps)(?![A-Za-z])"
 )
-_COUNTER_RE = re.compile(r"(?:^|[|\s])(?P<n>\d+)/(?P<t>\d+|\?)(?=[\s\[]|$)")
+_COUNTER_RE = re.compile(r"(?:^|[|\s])(?P<n>\d{1,15})/(?P<t>\d{1,15}|\?)(?=[\s\[]|$)")
 _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
 _NUM_RE = re.compile(_NUM)
 
@@ -218,7 +223,10 @@ def _value(key: str, value: Any) -> Field | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            return None  # an integer beyond any float
     elif isinstance(value, str):
         parsed = parse_float(value)
         if parsed is None:

@@ -103,7 +103,7 @@ _CKPT_NOUN_RE = re.compile(
     re.IGNORECASE,
 )
 _PATH_STEP_RE = re.compile(
-    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d+)", re.IGNORECASE
+    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)", re.IGNORECASE
 )
 
 
@@ -346,7 +346,7 @@ class LossLogParser:
                 continue
             kind, rank = meaning
             if kind == lt.STEP:
-                if rank < step_rank and f.value == int(f.value) and f.value >= 0:
+                if rank < step_rank and lt.is_count(f.value):
                     rec.step, step_rank = int(f.value), rank
             elif kind == lt.LOSS:
                 if rank < rec.loss_rank:
@@ -359,7 +359,7 @@ class LossLogParser:
             elif kind == lt.EPOCH:
                 rec.epoch, epoch_total = f.value, f.total
             elif kind == lt.RANK:
-                rec.rank = int(f.value) if f.value == int(f.value) and f.value >= 0 else None
+                rec.rank = int(f.value) if lt.is_count(f.value) else None
             elif kind == lt.WALL:
                 rec.wall = f.value if f.value > 1e8 else None
             elif kind == lt.SEC_PER_STEP:
@@ -374,12 +374,14 @@ class LossLogParser:
             # Megatron leaves NaN iterations out of the printed average (and prints no
             # loss when all were NaN): the counter is the signal.
             rec.loss, rec.loss_rank = math.nan, 0
-        if rec.epoch is not None and epoch_total is not None and rec.loss is None and rec.step is None:
+        if rec.epoch is not None and not lt.is_count(rec.epoch):
+            rec.epoch = None if not math.isfinite(rec.epoch) else rec.epoch
+        if rec.epoch is not None and lt.is_count(rec.epoch) and epoch_total is not None and rec.loss is None and rec.step is None:
             # "Epoch 3/20" on its own line (Keras): the epochs count from 1
             self._epoch_ctx = int(rec.epoch) - 1
             return None
         if rec.step is None and tokens.counter is not None:
-            epoch = int(rec.epoch) if rec.epoch is not None else self._epoch_ctx
+            epoch = int(rec.epoch) if rec.epoch is not None and lt.is_count(rec.epoch) else self._epoch_ctx
             if epoch is not None and rec.loss is not None:
                 n, total = tokens.counter
                 rec.step = epoch * total + n if total else n
@@ -503,14 +505,14 @@ def _dict_record(doc: dict[str, Any], style: str) -> _Record | None:
         kind, rank = meaning
         if kind == lt.EVAL:
             return None
-        if kind == lt.STEP and rank < step_rank and f.value == int(f.value) and f.value >= 0:
+        if kind == lt.STEP and rank < step_rank and lt.is_count(f.value):
             rec.step, step_rank = int(f.value), rank
         elif kind == lt.LOSS and rank < rec.loss_rank and rank <= 2:
             rec.loss, rec.loss_rank = f.value, rank
         elif kind == lt.EPOCH:
             rec.epoch = f.value
         elif kind == lt.RANK:
-            rec.rank = int(f.value) if f.value == int(f.value) and f.value >= 0 else None
+            rec.rank = int(f.value) if lt.is_count(f.value) else None
         elif kind in (lt.WALL, lt.SEC_PER_STEP) and f.value > 1e8:
             rec.wall = f.value
         elif kind in METRICS:
@@ -552,7 +554,7 @@ def _marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
     best: tuple[int, int] | None = None
     for f in fields:
         meaning = lt.classify_key(f.key, f.unit)
-        is_step = meaning is not None and meaning[0] == lt.STEP and f.value == int(f.value) and f.value >= 0
+        is_step = meaning is not None and meaning[0] == lt.STEP and lt.is_count(f.value)
         if is_step and meaning is not None and (best is None or meaning[1] < best[0]):
             best = (meaning[1], int(f.value))
     if best is not None:
