@@ -248,7 +248,10 @@ class LossLogParser:
             text, tag_rank = clean_line(part)
             if text:
                 self._indented = part[:1].isspace() or text[:1] in "|>-*"
-                events.extend(self._feed_text(text, tag_rank, line_no))
+                found = self._feed_text(text, tag_rank, line_no)
+                events.extend(found)
+                if not found and len(self.unread_samples) < 3 and _looks_like_metrics(text):
+                    self.unread_samples.append(f"line {line_no}: {text[:80]!r}")
         return events
 
     def flush(self) -> list[LogEvent]:
@@ -483,6 +486,14 @@ class LossLogParser:
             elif name in ("wall time", "time", "timestamp") and value is not None and value > 1e8:
                 rec.wall = value
         return rec
+
+
+_METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
+
+
+def _looks_like_metrics(text: str) -> bool:
+    """A word followed by a number: a line someone may have meant as a metric line."""
+    return _METRIC_SHAPE_RE.search(text[:512]) is not None
 
 
 def _dialect(text: str) -> str:

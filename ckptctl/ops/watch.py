@@ -11,8 +11,11 @@ Three ways in, one decision (``ckptctl.core.watch.analyze``):
 
 ``ckptctl recover`` uses the verdict: ``continuous`` lets the run go on; any
 other verdict (``spike``, ``nan``, ``replayed-steps``, ``skipped-steps``,
-``diverged``) means fall back one checkpoint; ``insufficient-data`` means the
-question is still open (not enough steps yet, or no pre-failure baseline).
+``tokens-mismatch``, ``schedule-reset``, ``diverged``) means fall back one
+checkpoint; ``insufficient-data`` means the question is still open (not enough
+steps yet, or no pre-failure baseline): resumed, not verified. When the job has
+ended, ``LossWatcher.result(final=True)`` judges a complete log on fewer than N
+points (at least ``min_judged_points``).
 """
 
 from __future__ import annotations
