@@ -34,14 +34,14 @@ line of another shape cannot mix in. ``--pattern REGEX`` (named groups ``loss``,
 
 from __future__ import annotations
 
-import csv
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptctl.core import logtokens as lt
+from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
+from ckptctl.core.logevents import METRICS, LogEvent, LossPoint, ResumeMarker, match_marker
 from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
 __all__ = [
@@ -86,68 +86,6 @@ FORMATS: tuple[str, ...] = (
     "columns",
     "generic",
 )
-
-#: Metrics a point may carry (``LossPoint.metrics`` keys).
-METRICS = (
-    lt.LR, lt.TOKENS, lt.SAMPLES, lt.SEC_PER_STEP, lt.TOKENS_PER_S, lt.SAMPLES_PER_S,
-    lt.STEPS_PER_S, lt.MFU, lt.TFLOPS, lt.LOSS_SCALE, lt.GRAD_NORM,
-)  # fmt: skip
-
-# A restore: a verb of loading/resuming with a checkpoint-ish object (not "Loading dataset").
-_RESTORE_RE = re.compile(
-    r"\b(?:resum\w*|restor\w*|load\w*|continu\w* training|start\w* training from)\b", re.IGNORECASE
-)
-_SAVE_RE = re.compile(r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
-_CKPT_NOUN_RE = re.compile(
-    r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b",
-    re.IGNORECASE,
-)
-_PATH_STEP_RE = re.compile(
-    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)", re.IGNORECASE
-)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LossPoint:
-    """One training loss read from a log (one line, or one multi-line record)."""
-
-    step: int | None
-    """The step counter as logged; ``None`` for formats without one (HF Trainer's dict)."""
-    loss: float
-    """May be NaN or +-Inf: the detector needs to see them."""
-    line_no: int
-    """1-based line number in its source (physical line; tqdm redraws share one)."""
-    fmt: str
-    """The format that read it (one of ``FORMATS`` or ``"pattern"``)."""
-    rank: int | None = None
-    """Rank from the payload (``rank=``, JSON ``rank``) or else from the torchrun tag."""
-    epoch: float | None = None
-    """Epoch when the format logs one (HF Trainer, Lightning)."""
-    redraws_previous: bool = False
-    """True when this is a progress bar redrawn at the same step: it replaces the previous value."""
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    """Other values of the record by meaning (``METRICS``): lr, tokens, tokens_per_s, ..."""
-    wall: float | None = None
-    """Seconds of the line's timestamp (or a ``time`` field), for lost-line accounting."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ResumeMarker:
-    """A line where the trainer says it restored (or saved) a checkpoint."""
-
-    line_no: int
-    step: int | None
-    """The step the trainer names, when the line has one."""
-    text: str
-    """The line, cleaned (ANSI colours and torchrun tags removed), for the explanation."""
-    kind: str = "restore"
-    """``restore`` (starts a resumed run) or ``save`` (information only)."""
-    tokens: float | None = None
-    """Tokens (or samples) seen the line names, when it does."""
-
-
-LogEvent = LossPoint | ResumeMarker
-
 
 class PatternError(ValueError):
     """The user's ``--pattern`` is not a usable regular expression; the message says why."""
@@ -212,7 +150,7 @@ class LossLogParser:
                 raise ValueError(f"unknown log format {fmt!r}; expected auto or one of {FORMATS}")
         self._requested = fmt
         self._locked: str | None = None if fmt in (AUTO, "generic") else fmt
-        self._csv: _CsvHeader | None = None
+        self._csv: CsvHeader | None = None
         self._columns: tuple[str, ...] | None = None
         self._epoch_ctx: int | None = None
         self._last_bar_step: int | None = None
@@ -287,7 +225,7 @@ class LossLogParser:
         body = text if stamp is None else text[: stamp[1]] + " " + text[stamp[2] :]
         wall = None if stamp is None else stamp[0]
         doc = lt.read_dict(body) if "{" in body else None
-        marker = _match_marker(text, body, line_no, doc[0] if doc else None)
+        marker = match_marker(text, body, line_no, doc[0] if doc else None)
         if marker is not None:
             return [*self._emit_pending(), marker]
         if doc is not None:
@@ -460,10 +398,10 @@ class LossLogParser:
     # -- CSV --------------------------------------------------------------------------------
 
     def _csv_line(self, text: str) -> _Record | None:
-        row = _csv_row(text)
+        row = csv_row(text)
         if row is None:
             return None
-        header = _csv_header(row)
+        header = csv_header(row)
         if header is not None:
             # A new header (CSVLogger rewrites the file when metrics are added, and a
             # resumed run may append a fresh one) replaces the old column map.
@@ -537,43 +475,6 @@ def _dict_record(doc: dict[str, Any], style: str) -> _Record | None:
     return rec
 
 
-def _match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None) -> ResumeMarker | None:
-    if doc is not None:
-        words = " ".join([*map(str, doc.keys()), *(v for v in doc.values() if isinstance(v, str))])
-        if not _RESTORE_RE.search(words):
-            return None
-        fields = lt.dict_fields(doc)
-    else:
-        restore = _RESTORE_RE.search(body)
-        save = _SAVE_RE.search(body) if restore is None else None
-        if restore is None and save is None:
-            return None
-        if not _CKPT_NOUN_RE.search(body):
-            return None
-        fields = lt.tokenize(body).fields
-        if save is not None:
-            return ResumeMarker(line_no=line_no, step=_marker_step(body, fields), text=text[:200], kind="save")
-    tokens: float | None = None
-    for f in fields:
-        meaning = lt.classify_key(f.key, f.unit)
-        if meaning is not None and meaning[0] in (lt.TOKENS, lt.SAMPLES) and tokens is None:
-            tokens = f.value
-    return ResumeMarker(line_no=line_no, step=_marker_step(body, fields), text=text[:200], tokens=tokens)
-
-
-def _marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
-    best: tuple[int, int] | None = None
-    for f in fields:
-        meaning = lt.classify_key(f.key, f.unit)
-        is_step = meaning is not None and meaning[0] == lt.STEP and lt.is_count(f.value)
-        if is_step and meaning is not None and (best is None or meaning[1] < best[0]):
-            best = (meaning[1], int(f.value))
-    if best is not None:
-        return best[1]
-    m = _PATH_STEP_RE.search(body)
-    return int(m.group(1)) if m else None
-
-
 def _pattern_record(compiled: re.Pattern[str], text: str) -> _Record | None:
     m = compiled.search(text)
     if m is None:
@@ -588,63 +489,6 @@ def _pattern_record(compiled: re.Pattern[str], text: str) -> _Record | None:
     rank = lt.parse_int(groups["rank"]) if groups.get("rank") else None
     epoch = parse_float(groups["epoch"]) if groups.get("epoch") else None
     return _Record(step=step, loss=loss, loss_rank=0, epoch=epoch, rank=rank)
-
-
-# -- CSV exports ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _CsvHeader:
-    step_col: int
-    loss_col: int
-    epoch_col: int | None
-    num_cols: int
-    names: tuple[str, ...]
-
-
-def _csv_row(text: str) -> list[str] | None:
-    if "," not in text:
-        return None
-    try:
-        rows = list(csv.reader([text]))
-    except csv.Error:
-        return None
-    return rows[0] if rows else None
-
-
-#: CSV columns read as the step, in order of preference (compared case-insensitively).
-CSV_STEP_KEYS: tuple[str, ...] = (
-    "step", "_step", "global_step", "trainer/global_step", "train/global_step", "iteration", "iter",
-)  # fmt: skip
-#: CSV columns read as the training loss, in order of preference: the per-step value
-#: before the plain name, never ``*_epoch`` averages; Megatron-style names.
-CSV_LOSS_KEYS: tuple[str, ...] = (
-    "train_loss_step", "train/loss_step", "loss_step", "train_loss", "train/loss", "loss",
-    "lm_loss", "lm loss", "train/lm_loss",
-)  # fmt: skip
-
-
-def _csv_name(cell: str) -> str:
-    # W&B's export names a column "<run name> - train/loss" (and adds __MIN/__MAX columns)
-    name = cell.strip().lower()
-    return name.rsplit(" - ", 1)[-1] if " - " in name else name
-
-
-def _csv_header(row: list[str]) -> _CsvHeader | None:
-    names = [_csv_name(c) for c in row]
-    if any(parse_float(c) is not None for c in names if c):
-        return None
-    step_col = next((names.index(k) for k in CSV_STEP_KEYS if k in names), None)
-    if step_col is None:
-        return None
-    keys = CSV_LOSS_KEYS
-    if names == ["wall time", "step", "value"]:
-        keys = ("value",)  # TensorBoard's scalar export: its one value column is the curve
-    for key in keys:
-        if key in names:
-            epoch_col = names.index("epoch") if "epoch" in names else None
-            return _CsvHeader(step_col, names.index(key), epoch_col, len(names), tuple(names))
-    return None
 
 
 def parse_lines(lines: list[str], fmt: str = AUTO, pattern: str | None = None) -> list[LogEvent]:
