@@ -30,6 +30,7 @@ from typing import IO
 
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.logtokens import MAX_LINE_CHARS
+from ckptctl.errors import UsageError
 
 #: Bytes read per request.
 CHUNK_BYTES = 1 << 20
@@ -128,6 +129,8 @@ class LineReader:
             if size is not None and size > position:
                 end = min(size, position + CHUNK_BYTES)
                 data = storage.read_bytes(path, position, end)
+                if position == 0 and data.startswith(_GZIP_MAGIC):
+                    raise UsageError(f"{self.path} is gzip-compressed: a finished log; read it without --follow")
                 position += len(data)
                 yield from splitter.feed(data)
                 if position < size:

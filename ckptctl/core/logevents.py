@@ -75,7 +75,14 @@ class ResumeMarker:
 LogEvent = LossPoint | ResumeMarker
 
 
+#: Every marker line holds one of these (lower case): most lines skip the regexes.
+_MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint")
+
+
 def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None) -> ResumeMarker | None:
+    lower = body.lower()
+    if not any(h in lower for h in _MARKER_HINTS):
+        return None
     if doc is not None:
         words = " ".join([*map(str, doc.keys()), *(v for v in doc.values() if isinstance(v, str))])
         if not _RESTORE_RE.search(words):

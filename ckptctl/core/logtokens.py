@@ -116,7 +116,7 @@ _WORD = r"\(?[A-Za-z_][\w./]*\)?"
 #   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
 #   or a number followed by a unit word (503 ms/it, 5000 updates).
 _FIELD_RE = re.compile(
-    r"(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"(?=[(A-Za-z_\d+.-])(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
@@ -129,10 +129,34 @@ _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
 _NUM_RE = re.compile(_NUM)
 
 
-def tokenize(text: str) -> Tokens:
-    """The fields of one cleaned line (see the module docstring)."""
-    text = text[:MAX_LINE_CHARS]
-    fields: list[Field] = []
+#: Any number as the field reader sees one (the spans its groups capture).
+# (the leading look-ahead lets the engine skip most positions at C speed)
+_ANY_NUM_RE = re.compile(
+    r"(?=[-+.\dnNiI])(?:(?P<n>" + _NUM + r")|(?P<w>(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z])))"
+)
+#: Shapes of lines seen (numbers blanked) -> where their fields' numbers are: a log
+#: prints the same few templates millions of times; the field regex runs once per template.
+_SHAPES: dict[str, tuple[tuple[str, int, int, str], ...] | None] = {}
+_MAX_SHAPES = 4096
+
+
+_SPLIT_NUM_RE = re.compile(
+    r"(?=[-+.\dnNiI])(?:" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
+)
+
+
+def _shape(text: str) -> tuple[str, list[str]]:
+    """The line with its numbers blanked (and padding collapsed), and the numbers in order."""
+    pieces = _SPLIT_NUM_RE.split(text)
+    nums = _SPLIT_NUM_RE.findall(text)
+    kinds = "".join("w" if n[-1:].isalpha() else "n" for n in nums)
+    # padding (f"{step:8d}") changes with the numbers, never the fields
+    return " ".join("\x00".join(pieces).split()) + "\x01" + kinds, nums
+
+
+def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
+    """Fields with the start of their number and of their total (-1: none)."""
+    out: list[tuple[Field, int, int]] = []
     for m in _FIELD_RE.finditer(text):
         num = m.group("num")
         if num is not None:
@@ -143,21 +167,44 @@ def tokenize(text: str) -> Tokens:
             if value is None:
                 continue
             total = m.group("total")
-            fields.append(
-                Field(
-                    _key(words),
-                    value,
-                    parse_float(total) if total is not None else None,
-                    (m.group("unit") or "").lower(),
-                )
+            field = Field(
+                _key(words),
+                value,
+                parse_float(total) if total is not None else None,
+                (m.group("unit") or "").lower(),
             )
+            out.append((field, m.start("num"), m.start("total") if total is not None else -1))
         elif m.group("gnum") is not None:
-            fields.append(Field(m.group("gkey").lower(), float(m.group("gnum"))))
+            out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
         else:
             value = parse_float(m.group("pnum"))
             if value is not None:
                 unit = m.group("punit").lower()
-                fields.append(Field(unit.replace("/", "_per_"), value, None, unit))
+                out.append((Field(unit.replace("/", "_per_"), value, None, unit), m.start("pnum"), -1))
+    return out
+
+
+def tokenize(text: str) -> Tokens:
+    """The fields of one cleaned line (see the module docstring)."""
+    text = text[:MAX_LINE_CHARS]
+    shape, nums = _shape(text)
+    layout = _SHAPES.get(shape)
+    fields: list[Field] = []
+    if layout is not None:
+        for key, i, j, unit in layout:
+            value = parse_float(nums[i])
+            if value is None:
+                layout = None
+                break
+            fields.append(Field(key, value, parse_float(nums[j]) if j >= 0 else None, unit))
+    if layout is None:
+        found = _fields_slow(text)
+        fields = [f for f, _, _ in found]
+        index = {m.start(): k for k, m in enumerate(_ANY_NUM_RE.finditer(text))}
+        if all(a in index and (b < 0 or b in index) for _, a, b in found):
+            if len(_SHAPES) >= _MAX_SHAPES:
+                _SHAPES.clear()
+            _SHAPES[shape] = tuple((f.key, index[a], index[b] if b >= 0 else -1, f.unit) for f, a, b in found)
     counter: tuple[int, int] | None = None
     c = _COUNTER_RE.search(text) if "/" in text else None
     if c is not None:
@@ -166,7 +213,7 @@ def tokenize(text: str) -> Tokens:
             counter = (n, 0)
         elif 0 <= n <= int(t):
             counter = (n, int(t))
-    all_words = tuple(w.lower() for w in _WORDS_RE.findall(text))
+    all_words = tuple(_WORDS_RE.findall(text.lower()))
     num_numbers = len(_NUM_RE.findall(text)) if not fields else -1
     return Tokens(tuple(fields), counter, all_words, num_numbers)
 

@@ -248,7 +248,7 @@ class LossLogParser:
         if rec is None:
             return []
         rec.line_no, rec.wall = line_no, wall
-        rec.fmt = _dialect(text)
+        rec.fmt = _dialect(text, self._locked)
         return self._accept(rec, tag_rank)
 
     def _no_fields(
@@ -434,7 +434,15 @@ def _looks_like_metrics(text: str) -> bool:
     return _METRIC_SHAPE_RE.search(text[:512]) is not None
 
 
-def _dialect(text: str) -> str:
+_DIALECT_RES = dict(DIALECTS)
+
+
+def _dialect(text: str, locked: str | None = None) -> str:
+    """The logger the line looks like (the locked one is tried first: the common case)."""
+    if locked is not None and locked in _DIALECT_RES and _DIALECT_RES[locked].search(text):
+        # an earlier dialect in DIALECTS may also match; keep the order's answer exact
+        first = next(name for name, regex in DIALECTS if name == locked or regex.search(text))
+        return first
     for name, regex in DIALECTS:
         if regex.search(text):
             return name
