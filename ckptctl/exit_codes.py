@@ -10,6 +10,8 @@ USAGE = 2
 PROBLEM = 3
 #: a recovery (or rollback) lock is held by someone else.
 LOCKED = 4
+#: `ckptctl watch`: not enough loss points after the resume to decide (insufficient-data).
+UNDECIDED = 5
 
 # `ckptctl classify`: one code per verdict.
 CLASSIFY_INFRA = 10

@@ -319,7 +319,7 @@ def test_follow_times_out_without_a_decision(tmp_path: Path) -> None:
     assert result.verdict == "insufficient-data" and result.timed_out and not result.decided
     assert "timed out before a decision" in result.report.notes
     proc = run_cli(str(log), "--follow", "--timeout", "0.3", "--json")
-    assert proc.returncode == 3
+    assert proc.returncode == 5  # insufficient-data: undecided
     assert strict_json(proc.stdout)["timed_out"] is True
 
 

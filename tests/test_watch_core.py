@@ -759,6 +759,8 @@ def test_verdict_names_are_the_documented_ones() -> None:
         "skipped-steps",
         "diverged",
         "insufficient-data",
+        "tokens-mismatch",
+        "schedule-reset",
     }
     assert "lightning-csv" in FORMATS
 

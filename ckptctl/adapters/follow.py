@@ -11,6 +11,11 @@ shrinks was truncated or rotated (``copytruncate``): reading starts again from
 its beginning. A file that does not exist yet is waited for: ``--follow`` can be
 started before the relaunched job opens its log. Lines end at ``\\n`` only; a
 progress bar redrawn with ``\\r`` is seen when its line ends.
+
+Bounded: a line longer than ``MAX_LINE_CHARS`` keeps its first ``MAX_LINE_CHARS``
+characters and the rest is skipped as it streams by, so a 200 MB single line costs
+one pass and about a chunk of memory. A gzip file (by its magic bytes) is
+decompressed as it streams, in bounded pieces (no whole-file inflation).
 """
 
 from __future__ import annotations
@@ -19,14 +24,30 @@ import codecs
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import IO
 
 from ckptctl.adapters.storage import Storage
+from ckptctl.core.logtokens import MAX_LINE_CHARS
+from ckptctl.errors import UsageError
 
 #: Bytes read per request.
 CHUNK_BYTES = 1 << 20
 STDIN = "-"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_lines(
+    path: str,
+    *,
+    follow: bool = False,
+    timeout_s: float | None = None,
+    poll_interval_s: float = 0.5,
+    stdin: IO[str] | None = None,
+) -> LineReader:
+    """A ``LineReader`` over ``path`` (plain or gzip text, a URL, or ``-``)."""
+    return LineReader(path, follow=follow, timeout_s=timeout_s, poll_interval_s=poll_interval_s, stdin=stdin)
 
 
 class LineReader:
@@ -84,10 +105,11 @@ class LineReader:
     def _iter_whole(self, storage: Storage, path: str) -> Iterator[str | None]:
         splitter = _LineSplitter()
         with storage.open_read(path) as f:
-            while True:
-                chunk = f.read(CHUNK_BYTES)
-                if not chunk:
-                    break
+            first = f.read(CHUNK_BYTES)
+            chunks: Iterator[bytes] = _chunks(f, first)
+            if first.startswith(_GZIP_MAGIC):
+                chunks = _gunzip(chunks)
+            for chunk in chunks:
                 yield from splitter.feed(chunk)
         tail = splitter.flush()
         if tail is not None:
@@ -107,6 +129,8 @@ class LineReader:
             if size is not None and size > position:
                 end = min(size, position + CHUNK_BYTES)
                 data = storage.read_bytes(path, position, end)
+                if position == 0 and data.startswith(_GZIP_MAGIC):
+                    raise UsageError(f"{self.path} is gzip-compressed: a finished log; read it without --follow")
                 position += len(data)
                 yield from splitter.feed(data)
                 if position < size:
@@ -123,8 +147,15 @@ class LineReader:
 
         stream = self._stdin if self._stdin is not None else sys.stdin
         if not self.follow:
-            for line in stream:
-                yield line.rstrip("\r\n") if line.endswith("\r\n") else line.rstrip("\n")
+            splitter = _LineSplitter()
+            while True:
+                text = stream.read(CHUNK_BYTES)
+                if not text:
+                    break
+                yield from splitter.feed_text(text)
+            tail = splitter.flush()
+            if tail is not None:
+                yield tail
             return
         # A pipe has no size to poll: a reader thread hands lines over a queue so
         # the deadline holds even while the writer is silent.
@@ -133,7 +164,7 @@ class LineReader:
         def pump() -> None:
             try:
                 for line in stream:
-                    lines.put(line.rstrip("\n"))
+                    lines.put(line[:MAX_LINE_CHARS].rstrip("\n"))
             finally:
                 lines.put(None)
 
@@ -155,17 +186,61 @@ class LineReader:
                 return
 
 
+def _chunks(f: IO[bytes], first: bytes) -> Iterator[bytes]:
+    chunk = first
+    while chunk:
+        yield chunk
+        chunk = f.read(CHUNK_BYTES)
+
+
+def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Decompress a gzip stream (members one after the other) in pieces of at most a chunk."""
+    d = zlib.decompressobj(wbits=31)
+    for data in chunks:
+        while data:
+            out = d.decompress(data, CHUNK_BYTES)
+            if out:
+                yield out
+            data = d.unconsumed_tail
+            if d.eof:
+                data = d.unused_data + data if d.unused_data else data
+                d = zlib.decompressobj(wbits=31)
+                if not data.startswith(_GZIP_MAGIC):
+                    return  # trailing garbage after the last member
+    while True:
+        out = d.decompress(b"", CHUNK_BYTES) if not d.eof else b""
+        if not out:
+            return
+        yield out
+
+
 class _LineSplitter:
-    """Bytes in, complete lines out; UTF-8 with replacement (logs are not always clean)."""
+    """Bytes in, complete lines out; UTF-8 with replacement (logs are not always clean).
+
+    A line is kept to its first ``MAX_LINE_CHARS`` characters; the rest of it is
+    dropped as it arrives, so memory stays near one chunk whatever the line length.
+    """
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""
+        self._overflow = False
 
     def feed(self, data: bytes) -> list[str]:
-        text = self._partial + self._decoder.decode(data)
+        return self.feed_text(self._decoder.decode(data))
+
+    def feed_text(self, data: str) -> list[str]:
+        if self._overflow:
+            cut = data.find("\n")
+            if cut < 0:
+                return []  # still inside an over-long line
+            data, self._overflow = data[cut + 1 :], False
+        text = self._partial + data
         parts = text.split("\n")
         self._partial = parts.pop()
+        if len(self._partial) > MAX_LINE_CHARS:
+            parts.append(self._partial[:MAX_LINE_CHARS])
+            self._partial, self._overflow = "", True
         return [p[:-1] if p.endswith("\r") else p for p in parts]
 
     def flush(self) -> str | None:

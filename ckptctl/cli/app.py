@@ -12,7 +12,7 @@ import sys
 import typer
 
 from ckptctl import __version__, exit_codes
-from ckptctl.cli import checkpoints, classify, launch, recover, rollback, watch
+from ckptctl.cli import cadence, checkpoints, classify, launch, recover, rollback, status, watch
 from ckptctl.cli import output as out
 from ckptctl.errors import CkptctlError
 
@@ -43,11 +43,8 @@ def _root(
     """ckptctl: the RB-7 checkpoint recovery runbook as commands."""
 
 
-for _module in (checkpoints, classify, watch, rollback, launch, recover):
+for _module in (checkpoints, classify, watch, rollback, launch, recover, status, cadence):
     _module.register(app)
-from ckptctl.cli import status as _status  # noqa: E402 - recover's status/incidents commands
-
-_status.register(app)
 
 
 def _debug() -> bool:

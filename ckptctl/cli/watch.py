@@ -26,10 +26,16 @@ class LogFormat(str, Enum):
     megatron = "megatron"
     torchtitan = "torchtitan"
     nanogpt = "nanogpt"
+    detectron2 = "detectron2"
+    fairseq = "fairseq"
+    deepspeed = "deepspeed"
+    coqui = "coqui"
+    keras = "keras"
+    lightning = "lightning"
     jsonl = "jsonl"
     hf = "hf"
-    lightning = "lightning"
     lightning_csv = "lightning-csv"
+    columns = "columns"
     generic = "generic"
 
 
@@ -71,6 +77,24 @@ PatternOpt = Annotated[
         metavar="REGEX",
         help="Regular expression with named groups loss (required), step, rank, epoch, "
         "for any other log format.",
+    ),
+]
+MetricOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metric",
+        metavar="TAG",
+        help="For a TensorBoard event file/dir or an MLflow run as LOG: the scalar that is the "
+        "training loss (e.g. train/loss). Default: the best loss-like name.",
+    ),
+]
+CheckpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint",
+        metavar="DIR",
+        help="The checkpoint the run resumed from: its ckptctl.json gives the resume step (unless "
+        "--resume-step) and the tokens seen that the resumed counter must continue from.",
     ),
 ]
 FollowOpt = Annotated[
@@ -149,6 +173,8 @@ def watch(
     resume_step: ResumeStepOpt = None,
     log_format: FormatOpt = LogFormat.auto,
     pattern: PatternOpt = None,
+    metric: MetricOpt = None,
+    checkpoint: CheckpointOpt = None,
     follow: FollowOpt = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     steps: StepsOpt = _DEFAULTS.num_steps,
@@ -160,12 +186,19 @@ def watch(
     expect_identical: ExpectIdenticalOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps.
+    """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps,
+    tokens seen and learning-rate schedule consistent with the checkpoint.
 
-    Exit 0 when continuous, 3 for any other verdict (spike, nan, replayed-steps,
-    skipped-steps, diverged, insufficient-data).
+    LOG: a text log (any logger; .gz too), a TensorBoard event file/dir or an MLflow run.
+    Exit 0 when continuous, 3 for a problem (spike, nan, replayed-steps, skipped-steps,
+    tokens-mismatch, schedule-reset, diverged), 5 for insufficient-data (not decided).
     """
     from ckptctl.ops import watch as ops
+
+    checkpoint_tokens: float | None = None
+    if checkpoint is not None:
+        ckpt_step, checkpoint_tokens = ops.read_checkpoint(checkpoint)
+        resume_step = ckpt_step if resume_step is None else resume_step
 
     config = ops.make_config(
         num_steps=steps,
@@ -196,12 +229,23 @@ def watch(
         pattern=pattern,
         follow=follow,
         timeout_s=timeout if timeout else None,
+        metric=metric,
+        checkpoint_tokens=checkpoint_tokens,
     )
     if json_output:
         out.emit_json(result.to_json())
     else:
         _render(result)
-    raise typer.Exit(exit_codes.OK if result.is_continuous else exit_codes.PROBLEM)
+    raise typer.Exit(exit_code(result.verdict))
+
+
+def exit_code(verdict: str) -> int:
+    """0 continuous, 5 insufficient-data (undecided), 3 any problem."""
+    if verdict == "continuous":
+        return exit_codes.OK
+    if verdict == "insufficient-data":
+        return exit_codes.UNDECIDED
+    return exit_codes.PROBLEM
 
 
 def _render(result: ops_t.WatchResult) -> None:
@@ -220,6 +264,8 @@ def _render(result: ops_t.WatchResult) -> None:
         out.print_line(f"  also: {finding.verdict} - {finding.message}")
     for note in r.notes:
         out.print_line(f"  note: {note}")
+    if r.confidence is not None:
+        out.print_line(f"  confidence: {r.confidence}")
 
 
 def register(app: typer.Typer) -> None:

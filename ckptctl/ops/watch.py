@@ -11,8 +11,11 @@ Three ways in, one decision (``ckptctl.core.watch.analyze``):
 
 ``ckptctl recover`` uses the verdict: ``continuous`` lets the run go on; any
 other verdict (``spike``, ``nan``, ``replayed-steps``, ``skipped-steps``,
-``diverged``) means fall back one checkpoint; ``insufficient-data`` means the
-question is still open (not enough steps yet, or no pre-failure baseline).
+``tokens-mismatch``, ``schedule-reset``, ``diverged``) means fall back one
+checkpoint; ``insufficient-data`` means the question is still open (not enough
+steps yet, or no pre-failure baseline): resumed, not verified. When the job has
+ended, ``LossWatcher.result(final=True)`` judges a complete log on fewer than N
+points (at least ``min_judged_points``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from ckptctl.adapters.follow import STDIN, LineReader
+from ckptctl.adapters import metric_sources
+from ckptctl.adapters.follow import STDIN, LineReader, open_lines
 from ckptctl.core import watch as core
 from ckptctl.core.losslog import AUTO, FORMATS, PatternError
 from ckptctl.errors import InputError, UsageError
@@ -98,6 +102,9 @@ class WatchResult:
             "findings": [f.to_json() for f in r.findings],
             "explanation": list(r.explanation),
             "notes": list(r.notes),
+            "note_codes": list(r.note_codes),
+            "confidence": r.confidence,
+            "checks": dict(r.checks),
             "log": {
                 "path": self.log,
                 "format": self.log_format,
@@ -141,6 +148,7 @@ class LossWatcher:
         baseline_path: str | None = None,
         baseline_lines: Iterable[str] | None = None,
         source: str = "<stream>",
+        checkpoint_tokens: float | None = None,
     ) -> None:
         if resume_step is not None and resume_step < 0:
             raise UsageError(f"--resume-step must be >= 0, got {resume_step}")
@@ -152,7 +160,11 @@ class LossWatcher:
             raise UsageError("give the baseline as a path or as lines, not both")
         try:
             self._session = core.WatchSession(
-                config=config, resume_step=resume_step, log_format=log_format, pattern=pattern
+                config=config,
+                resume_step=resume_step,
+                log_format=log_format,
+                pattern=pattern,
+                checkpoint_tokens=checkpoint_tokens,
             )
         except PatternError as e:
             raise UsageError(str(e)) from e
@@ -161,10 +173,11 @@ class LossWatcher:
         if baseline_path is not None:
             if baseline_path == STDIN:
                 raise UsageError("--baseline cannot be stdin ('-'); give the pre-failure log file")
-            baseline_lines = (line for line in LineReader(baseline_path) if line is not None)
+            baseline_lines = (line for line in open_lines(baseline_path) if line is not None)
         if baseline_lines is not None:
             for line in baseline_lines:
                 self._session.feed_baseline(line)
+            self._session.end_baseline()
             if self._session.num_baseline_points == 0:
                 name = baseline_path or "the baseline"
                 raise InputError(
@@ -191,9 +204,19 @@ class LossWatcher:
         report = self._session.feed(line, evaluate=evaluate)
         return None if report is None else self._result(report, timed_out=False)
 
-    def result(self, *, timed_out: bool = False) -> WatchResult:
-        """The verdict on everything fed so far (``insufficient-data`` while undecided)."""
-        return self._result(self._session.evaluate(), timed_out=timed_out)
+    def result(self, *, timed_out: bool = False, final: bool = False) -> WatchResult:
+        """The verdict on everything fed so far (``insufficient-data`` while undecided).
+
+        ``final``: the log is complete; its last record is read, and fewer than N
+        points after the resume may decide (``WatchConfig.min_judged_points``).
+        """
+        if final:
+            self._session.end_log()
+        return self._result(self._session.evaluate(final=final), timed_out=timed_out)
+
+    def unread_samples(self) -> list[str]:
+        """A few lines that carried numbers but gave no loss (for an error message)."""
+        return list(self._session.parser.unread_samples)
 
     def _result(self, report: core.WatchReport, *, timed_out: bool) -> WatchResult:
         if timed_out and not report.decided:
@@ -213,8 +236,9 @@ class LossWatcher:
 
 
 _FORMAT_HINT = (
-    f"formats read: {', '.join(FORMATS)}; name one with --format, "
-    "or give --pattern with named groups (?P<step>...) and (?P<loss>...)"
+    "watch reads key/value metrics (step/iter/iteration + loss/lm loss/train_loss ...) in any "
+    f"logger's shape (named: {', '.join(FORMATS)}), TensorBoard event files and MLflow runs; "
+    "for anything else give --pattern with named groups (?P<step>...) and (?P<loss>...)"
 )
 
 
@@ -248,7 +272,7 @@ def watch_lines(
         decided = watcher.feed(line, evaluate=stop_when_decided)
         if decided is not None:
             return decided
-    return watcher.result()
+    return watcher.result(final=True)
 
 
 def watch_log(
@@ -263,8 +287,15 @@ def watch_log(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     stdin: IO[str] | None = None,
+    metric: str | None = None,
+    checkpoint_tokens: float | None = None,
 ) -> WatchResult:
     """Judge the latest resume in the log at ``path`` (a file, an fsspec URL, or ``-``).
+
+    ``path`` may also be a structured source read directly (more reliable than any
+    text log): a TensorBoard event file or log directory, an MLflow run (its
+    ``metrics/`` files); ``metric`` names the scalar that is the training loss
+    (default: the best loss-like name). Gzip logs (``.gz``) are read as they are.
 
     Without ``follow`` the whole log is read, then judged. With ``follow`` the
     content already there is read and judged first; then new lines are judged as
@@ -273,6 +304,21 @@ def watch_log(
     """
     if timeout_s is not None and timeout_s < 0:
         raise UsageError(f"--timeout must be >= 0, got {timeout_s}")
+    structured = None if path == STDIN else metric_sources.detect(path)
+    if structured is not None:
+        if follow:
+            raise UsageError(f"--follow reads a growing text log; {path} is a {structured} source")
+        return watch_lines(
+            metric_sources.read_lines(path, structured, metric=metric),
+            resume_step=resume_step,
+            config=config,
+            baseline_path=baseline_path,
+            stop_when_decided=False,
+            source=path,
+            log_format="jsonl",
+        )
+    if metric is not None:
+        raise UsageError("--metric names a scalar of a TensorBoard or MLflow source; LOG is a text log")
     watcher = LossWatcher(
         resume_step=resume_step,
         config=config,
@@ -280,15 +326,18 @@ def watch_log(
         pattern=pattern,
         baseline_path=baseline_path,
         source=path,
+        checkpoint_tokens=checkpoint_tokens,
     )
-    reader = LineReader(
+    reader = open_lines(
         path, follow=follow, timeout_s=timeout_s, poll_interval_s=poll_interval_s, stdin=stdin
     )
-    result = _read_until_decided(watcher, reader)
+    result = _read_until_decided(watcher, reader, final=not follow)
     if not follow and watcher.num_points == 0:
         what = "stdin" if path == STDIN else path
+        tried = watcher.unread_samples()
         raise InputError(
-            f"{what}: no training loss lines recognised in {watcher.num_lines} line(s)",
+            f"{what}: no training loss lines recognised in {watcher.num_lines} line(s)"
+            + (f" (e.g. {'; '.join(tried[:3])})" if tried else ""),
             hint=_FORMAT_HINT,
         )
     report = result.report
@@ -299,7 +348,34 @@ def watch_log(
     return replace(result, report=report, followed=follow)
 
 
-def _read_until_decided(watcher: LossWatcher, reader: LineReader) -> WatchResult:
+#: Largest manifest read for --checkpoint (a manifest lists files; 16 MiB is ~100k of them).
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def read_checkpoint(url: str) -> tuple[int, float | None]:
+    """(step, tokens or samples seen) from the ckptctl manifest of a checkpoint directory."""
+    from ckptctl.adapters.storage import Storage
+    from ckptctl.core.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+
+    storage, path = Storage.for_url(url)
+    target = path.rstrip("/") + "/" + MANIFEST_NAME
+    entry = storage.info(target)
+    if entry is None or entry.is_dir:
+        raise InputError(
+            f"{url}: no {MANIFEST_NAME} (written by ckptctl.training)",
+            hint="give --resume-step N instead",
+        )
+    if entry.size_bytes > MAX_MANIFEST_BYTES:
+        raise InputError(f"{url}/{MANIFEST_NAME}: {entry.size_bytes} bytes, over the {MAX_MANIFEST_BYTES} limit")
+    try:
+        manifest = parse_manifest(storage.read_bytes(target))
+    except ManifestError as e:
+        raise InputError(f"{url}/{MANIFEST_NAME}: {e}") from e
+    seen = manifest.tokens_seen if manifest.tokens_seen is not None else manifest.samples_seen
+    return manifest.step, None if seen is None else float(seen)
+
+
+def _read_until_decided(watcher: LossWatcher, reader: LineReader, *, final: bool = False) -> WatchResult:
     caught_up = False
     for line in reader:
         if line is None:
@@ -312,4 +388,4 @@ def _read_until_decided(watcher: LossWatcher, reader: LineReader) -> WatchResult
         decided = watcher.feed(line, evaluate=caught_up)
         if decided is not None:
             return decided
-    return watcher.result(timed_out=reader.timed_out)
+    return watcher.result(timed_out=reader.timed_out, final=final)

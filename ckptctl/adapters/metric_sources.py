@@ -1,0 +1,195 @@
+"""Structured metric sources read directly: TensorBoard event files, MLflow runs.
+
+A scalar the trainer logged as such is more reliable than any text line: no
+format to guess, the step is the writer's own. ``detect(path)`` says what a local
+path is; ``read_lines(path, kind, metric=...)`` turns its scalars into JSON lines
+(``{"step": N, "loss": X, "time": T, "<tag>": v, ...}``) that the watch's one
+reader takes like any JSON-lines log, so the judgement is the same.
+
+* TensorBoard: an ``events.out.tfevents.*`` file, or a directory holding them
+  (searched 3 levels deep), read with TensorBoard's own ``EventFileLoader`` (the
+  ``tensorboard`` package, optional extra ``ckptctl[tensorboard]``). Files are read
+  oldest first; each later file is a new writer process, i.e. a restart, and is
+  announced by a restore marker line so the resume is found even when the step
+  counter carries on.
+* MLflow: a run directory (``mlruns/<exp>/<run>``), its ``metrics/`` directory, or
+  one metric file; each metric file holds ``<timestamp_ms> <value> <step>`` lines.
+
+The training loss is the scalar named by ``metric`` (``--metric train/loss``),
+else the best loss-like name (``loss`` before ``train/loss`` before other
+``*loss``, never eval/val). Local paths only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+from ckptctl.core import logtokens as lt
+from ckptctl.errors import InputError, UsageError
+
+TENSORBOARD = "tensorboard"
+MLFLOW = "mlflow"
+_EVENTS_PREFIX = "events.out.tfevents."
+#: Most scalar points read from one source (a bound on memory).
+MAX_POINTS = 2_000_000
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def detect(path: str) -> str | None:
+    """``tensorboard``, ``mlflow`` or None (a text log) for a local path; never opens a file."""
+    if not _is_local(path):
+        return None
+    p = _local(path)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        if os.path.basename(p).startswith(_EVENTS_PREFIX):
+            return TENSORBOARD
+        parts = os.path.normpath(p).split(os.sep)
+        return MLFLOW if "metrics" in parts[:-1] and "mlruns" in parts else None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    if _event_files(p):
+        return TENSORBOARD
+    if os.path.isdir(os.path.join(p, "metrics")) or os.path.basename(os.path.normpath(p)) == "metrics":
+        return MLFLOW
+    return None
+
+
+def _event_files(root: str, depth: int = 3) -> list[str]:
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath[len(root) :].count(os.sep) >= depth:
+            dirnames[:] = []
+        found += [os.path.join(dirpath, f) for f in filenames if f.startswith(_EVENTS_PREFIX)]
+    # the name carries the writer's start time: oldest first
+    return sorted(found, key=lambda f: (os.path.basename(f), f))
+
+
+def read_lines(path: str, kind: str, *, metric: str | None = None) -> Iterator[str]:
+    """JSON lines of the source's scalars (see the module docstring)."""
+    p = _local(path)
+    if kind == TENSORBOARD:
+        files = [p] if os.path.isfile(p) else _event_files(p)
+        runs = [_read_tensorboard(f) for f in files]
+    elif kind == MLFLOW:
+        runs = [_read_mlflow(p)]
+    else:
+        raise ValueError(f"unknown source kind {kind!r}")
+    tags = sorted({t for run in runs for _, point in run for t in point if t != "time"})
+    loss_tag = _loss_tag(tags, metric, path)
+    for i, run in enumerate(runs):
+        if i > 0:
+            yield json.dumps({"event": "resumed (a new event file)", "file": os.path.basename(files[i])})
+        for step, values in run:
+            if loss_tag not in values:
+                continue
+            doc: dict[str, Any] = {"step": step, "loss": values[loss_tag]}
+            for tag, v in values.items():
+                meaning = lt.classify_key(tag.lower())
+                if tag != loss_tag and meaning is not None and meaning[0] not in (lt.LOSS, lt.EVAL, lt.STEP):
+                    doc[tag] = v
+            yield json.dumps(doc)
+
+
+def _loss_tag(tags: list[str], metric: str | None, path: str) -> str:
+    if metric is not None:
+        if metric not in tags:
+            raise UsageError(
+                f"--metric {metric!r} is not a scalar of {path}; it has: {', '.join(tags[:20]) or 'none'}"
+            )
+        return metric
+    best: tuple[int, str] | None = None
+    for tag in tags:
+        meaning = lt.classify_key(tag.lower())
+        if meaning is not None and meaning[0] == lt.LOSS and (best is None or meaning[1] < best[0]):
+            best = (meaning[1], tag)
+    if best is None:
+        raise InputError(
+            f"{path}: no training-loss scalar among {', '.join(tags[:20]) or 'no scalars'}",
+            hint="name the scalar with --metric TAG",
+        )
+    return best[1]
+
+
+def _read_tensorboard(file: str) -> list[tuple[int, dict[str, float]]]:
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
+    except ImportError as e:
+        raise InputError(
+            f"{file}: reading TensorBoard event files needs the tensorboard package",
+            hint="pip install 'ckptctl[tensorboard]' (or export the scalars as CSV and watch that)",
+        ) from e
+    by_step: dict[int, dict[str, float]] = {}
+    count = 0
+    try:
+        for event in EventFileLoader(file).Load():
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    number = float(value.simple_value)
+                elif value.HasField("tensor") and value.tensor.dtype in (1, 2):  # DT_FLOAT, DT_DOUBLE
+                    arr = tensor_util.make_ndarray(value.tensor)
+                    if arr.size != 1:
+                        continue
+                    number = float(arr.reshape(-1)[0])
+                else:
+                    continue
+                point = by_step.setdefault(int(event.step), {})
+                point[value.tag] = number
+                point.setdefault("time", float(event.wall_time))
+                count += 1
+                if count > MAX_POINTS:
+                    raise InputError(f"{file}: more than {MAX_POINTS:,} scalar points; give one run's file")
+    except (OSError, ValueError) as e:
+        raise InputError(f"{file}: not a readable TensorBoard event file ({e})") from e
+    return list(by_step.items())
+
+
+def _read_mlflow(path: str) -> list[tuple[int, dict[str, float]]]:
+    """Points in the order they were logged (a resumed run re-logging steps stays visible)."""
+    if os.path.isfile(path):
+        root, files = os.path.dirname(path), [path]
+    else:
+        root = path if os.path.basename(os.path.normpath(path)) == "metrics" else os.path.join(path, "metrics")
+        files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    entries: list[tuple[float, int, str, float]] = []
+    for f in sorted(files):
+        if not stat.S_ISREG(os.stat(f).st_mode):
+            continue  # a FIFO or device is never opened
+        tag = os.path.relpath(f, root).replace(os.sep, "/")
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line[: lt.MAX_LINE_CHARS].split()
+                if len(parts) < 2:
+                    continue
+                value = lt.parse_float(parts[1])
+                step = lt.parse_int(parts[2]) if len(parts) > 2 else 0
+                stamp = lt.parse_float(parts[0])
+                if value is None or step is None or stamp is None:
+                    continue
+                entries.append((stamp, step, tag, value))
+                if len(entries) > MAX_POINTS:
+                    raise InputError(f"{path}: more than {MAX_POINTS:,} metric points")
+    entries.sort(key=lambda e: (e[0], e[1]))
+    out: list[tuple[int, dict[str, float]]] = []
+    for stamp, step, tag, value in entries:
+        if not out or out[-1][0] != step or tag in out[-1][1]:
+            out.append((step, {"time": stamp / 1000}))
+        out[-1][1][tag] = value
+    return out

@@ -1,0 +1,119 @@
+"""What the log reader finds: loss points and checkpoint markers; how a marker line is told.
+
+Pure, stdlib only (``ckptctl.core.losslog`` is the reader; these are its values).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptctl.core import logtokens as lt
+
+#: Metrics a point may carry (``LossPoint.metrics`` keys).
+METRICS = (
+    lt.LR, lt.TOKENS, lt.SAMPLES, lt.SEC_PER_STEP, lt.TOKENS_PER_S, lt.SAMPLES_PER_S,
+    lt.STEPS_PER_S, lt.MFU, lt.TFLOPS, lt.LOSS_SCALE, lt.GRAD_NORM,
+)  # fmt: skip
+
+
+# A restore: a verb of loading/resuming with a checkpoint-ish object (not "Loading dataset").
+_RESTORE_RE = re.compile(
+    r"\b(?:resum\w*|restor\w*|load\w*|continu\w* training|start\w* training from)\b", re.IGNORECASE
+)
+_SAVE_RE = re.compile(r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
+_CKPT_NOUN_RE = re.compile(
+    r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b",
+    re.IGNORECASE,
+)
+_PATH_STEP_RE = re.compile(
+    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LossPoint:
+    """One training loss read from a log (one line, or one multi-line record)."""
+
+    step: int | None
+    """The step counter as logged; ``None`` for formats without one (HF Trainer's dict)."""
+    loss: float
+    """May be NaN or +-Inf: the detector needs to see them."""
+    line_no: int
+    """1-based line number in its source (physical line; tqdm redraws share one)."""
+    fmt: str
+    """The format that read it (one of ``FORMATS`` or ``"pattern"``)."""
+    rank: int | None = None
+    """Rank from the payload (``rank=``, JSON ``rank``) or else from the torchrun tag."""
+    epoch: float | None = None
+    """Epoch when the format logs one (HF Trainer, Lightning)."""
+    redraws_previous: bool = False
+    """True when this is a progress bar redrawn at the same step: it replaces the previous value."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Other values of the record by meaning (``METRICS``): lr, tokens, tokens_per_s, ..."""
+    wall: float | None = None
+    """Seconds of the line's timestamp (or a ``time`` field), for lost-line accounting."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResumeMarker:
+    """A line where the trainer says it restored (or saved) a checkpoint."""
+
+    line_no: int
+    step: int | None
+    """The step the trainer names, when the line has one."""
+    text: str
+    """The line, cleaned (ANSI colours and torchrun tags removed), for the explanation."""
+    kind: str = "restore"
+    """``restore`` (starts a resumed run) or ``save`` (information only)."""
+    tokens: float | None = None
+    """Tokens (or samples) seen the line names, when it does."""
+
+
+LogEvent = LossPoint | ResumeMarker
+
+
+#: Every marker line holds one of these (lower case): most lines skip the regexes.
+_MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint")
+
+
+def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None) -> ResumeMarker | None:
+    lower = body.lower()
+    if not any(h in lower for h in _MARKER_HINTS):
+        return None
+    if doc is not None:
+        words = " ".join([*map(str, doc.keys()), *(v for v in doc.values() if isinstance(v, str))])
+        if not _RESTORE_RE.search(words):
+            return None
+        fields = lt.dict_fields(doc)
+    else:
+        restore = _RESTORE_RE.search(body)
+        save = _SAVE_RE.search(body) if restore is None else None
+        if restore is None and save is None:
+            return None
+        if not _CKPT_NOUN_RE.search(body):
+            return None
+        fields = lt.tokenize(body).fields
+        if save is not None:
+            return ResumeMarker(line_no=line_no, step=marker_step(body, fields), text=text[:200], kind="save")
+    tokens: float | None = None
+    for f in fields:
+        meaning = lt.classify_key(f.key, f.unit)
+        if meaning is not None and meaning[0] in (lt.TOKENS, lt.SAMPLES) and tokens is None:
+            tokens = f.value
+    return ResumeMarker(line_no=line_no, step=marker_step(body, fields), text=text[:200], tokens=tokens)
+
+
+def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
+    best: tuple[int, int] | None = None
+    for f in fields:
+        meaning = lt.classify_key(f.key, f.unit)
+        is_step = meaning is not None and meaning[0] == lt.STEP and lt.is_count(f.value)
+        if is_step and meaning is not None and (best is None or meaning[1] < best[0]):
+            best = (meaning[1], int(f.value))
+    if best is not None:
+        return best[1]
+    m = _PATH_STEP_RE.search(body)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,195 @@
+"""RB-7's checks in ``analyze``: tokens, schedule, throughput, loss scale, lost lines vs skipped
+steps, self-baseline, relative counters, the adaptive window (generated logs, one change each)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from ckptctl.core.losslog import parse_lines
+from ckptctl.core.watch import (
+    CONTINUOUS,
+    INSUFFICIENT,
+    LOSS_SCALE_RESTART,
+    LOST_LOG_LINES,
+    RELATIVE_COUNTER,
+    SCHEDULE_RESET,
+    SELF_BASELINE,
+    SKIPPED,
+    SPIKE,
+    THROUGHPUT_REGRESSION,
+    TOKENS_MISMATCH,
+    WatchReport,
+    analyze,
+)
+
+T0 = 1_760_000_000.0
+TOKENS_PER_STEP = 4096
+SEC_PER_STEP = 0.5
+
+
+def lr_cosine(step: int, warmup: int = 100, total: int = 4000, peak: float = 3e-4) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / (total - warmup)
+    return 0.1 * peak + 0.9 * peak * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def line(step: int, loss: float, *, shown: int | None = None, lr: float | None = None, tokens: int | None = None,
+         tps: float | None = None, scale: float | None = None, wall: float | None = None) -> str:
+    import time as _t
+
+    ts = _t.strftime("%Y-%m-%d %H:%M:%S", _t.gmtime(wall)) + " INFO " if wall is not None else ""
+    parts = [f"{ts}step {shown if shown is not None else step} | loss {loss:.4f}"]
+    parts.append(f"lr {lr if lr is not None else lr_cosine(step):.4e}")
+    parts.append(f"tokens_seen {tokens if tokens is not None else step * TOKENS_PER_STEP}")
+    parts.append(f"tok/s {tps if tps is not None else TOKENS_PER_STEP / SEC_PER_STEP:.0f}")
+    if scale is not None:
+        parts.append(f"loss_scale {scale:g}")
+    return " | ".join(parts)
+
+
+def curve(step: float) -> float:
+    return 2.0 + 8.0 * (step + 50) ** -0.4
+
+
+def run_log(
+    *, crash: int = 1300, ckpt: int = 1200, until: int = 1500, every: int = 10, seed: int = 0,
+    post: Callable[[int, dict[str, float]], None] | None = None, marker: bool = True,
+    pre_filter: Callable[[int], bool] | None = None, first: int | None = None, relative: bool = False,
+) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for s in range(every, crash + 1, every):
+        if pre_filter is not None and not pre_filter(s):
+            continue
+        lines.append(line(s, curve(s) * (1 + rng.gauss(0, 0.01)), wall=T0 + s * SEC_PER_STEP, scale=65536.0))
+    lines.append("srun: error: node-[REDACTED]: task 3: Killed")
+    if marker:
+        lines.append(f"Resumed from step {ckpt} (restored checkpoint)")
+    restart = T0 + crash * SEC_PER_STEP + 300
+    start = first if first is not None else ckpt + every
+    for s in range(start, until + 1, every):
+        v: dict[str, float] = {"loss": curve(s) * (1 + rng.gauss(0, 0.01)), "lr": lr_cosine(s), "tokens": s * TOKENS_PER_STEP,
+                               "tps": TOKENS_PER_STEP / SEC_PER_STEP * (1 + rng.gauss(0, 0.01)), "scale": 65536.0}
+        if post is not None:
+            post(s, v)
+        lines.append(line(s, v["loss"], shown=s - ckpt if relative else s, lr=v["lr"], tokens=int(v["tokens"]), tps=v["tps"],
+                          scale=v["scale"], wall=restart + (s - start) * SEC_PER_STEP))
+    return lines
+
+
+def judge(lines: list[str], **kw: object) -> WatchReport:
+    return analyze(parse_lines(lines), final=True, **kw)  # type: ignore[arg-type]
+
+
+def test_a_good_resume_is_continuous_with_every_check_ok() -> None:
+    r = judge(run_log())
+    assert r.verdict == CONTINUOUS and r.confidence == "high"
+    assert r.checks["tokens"]["ok"] and r.checks["schedule"]["ok"] and r.checks["throughput"]["ok"]
+    assert not r.checks["loss_scale"]["restarted"] and not r.note_codes
+
+
+def _shift_tokens(s: int, v: dict[str, float]) -> None:
+    v["tokens"] -= 100 * TOKENS_PER_STEP  # the data loader replays 100 steps of data
+
+
+def test_tokens_behind_the_checkpoint_are_a_mismatch() -> None:
+    r = judge(run_log(post=_shift_tokens))
+    assert r.verdict == TOKENS_MISMATCH
+    assert r.checks["tokens"]["difference_steps"] == pytest.approx(-100)
+    assert "replayed" in r.findings[0].message
+
+
+def test_tokens_are_checked_against_the_manifest_value() -> None:
+    # the log's counter is consistent with itself, but the checkpoint recorded fewer tokens
+    r = judge(run_log(), checkpoint_tokens=1200 * TOKENS_PER_STEP - 50 * TOKENS_PER_STEP, resume_step=1200)
+    assert r.verdict == TOKENS_MISMATCH and "checkpoint's" in r.findings[0].message
+    assert judge(run_log(), checkpoint_tokens=1200 * TOKENS_PER_STEP, resume_step=1200).verdict == CONTINUOUS
+
+
+@pytest.mark.parametrize(
+    ("change", "verdict"),
+    [
+        (lambda s, v: v.__setitem__("lr", lr_cosine(s - 1200)), SCHEDULE_RESET),  # warm-up restarted
+        (lambda s, v: v.__setitem__("lr", lr_cosine(s) * 10), SCHEDULE_RESET),  # LR x10
+        (lambda s, v: None, CONTINUOUS),  # cosine decay carrying on
+        (lambda s, v: v.__setitem__("lr", lr_cosine(s) * 1.05), CONTINUOUS),  # within tolerance
+    ],
+)
+def test_schedule_continuity(change: Callable[[int, dict[str, float]], None], verdict: str) -> None:
+    assert judge(run_log(post=change)).verdict == verdict
+
+
+def test_a_schedule_started_over_late_in_the_decay() -> None:
+    # at step 2,900 the cosine is at a quarter of its peak; started over it is back near the peak
+    r = judge(run_log(crash=3000, ckpt=2900, until=3200, post=lambda s, v: v.__setitem__("lr", lr_cosine(s - 2800))))
+    assert r.verdict == SCHEDULE_RESET and r.checks["schedule"]["lr"] > 2 * r.checks["schedule"]["predicted_lr"]
+    # near the peak a restart is within the tolerance: said honestly, nothing to see
+    assert judge(run_log(post=lambda s, v: v.__setitem__("lr", lr_cosine(s - 1100)))).verdict == CONTINUOUS
+
+
+def test_constant_lr_is_predicted_flat() -> None:
+    lines = [x.replace(f"lr {lr_cosine(int(x.split('step ')[1].split(' ')[0])):.4e}", "lr 3.0000e-04") if "step " in x else x
+             for x in run_log()]
+    r = judge(lines)
+    assert r.verdict == CONTINUOUS and r.checks["schedule"]["predicted_lr"] == pytest.approx(3e-4)
+
+
+def test_slow_replacement_node_is_a_throughput_note_not_a_verdict() -> None:
+    r = judge(run_log(post=lambda s, v: v.__setitem__("tps", v["tps"] * 0.6)))
+    assert r.verdict == CONTINUOUS and THROUGHPUT_REGRESSION in r.note_codes
+    assert r.checks["throughput"]["ratio"] == pytest.approx(0.6, abs=0.03)
+
+
+def test_loss_scale_restart_is_a_note() -> None:
+    r = judge(run_log(post=lambda s, v: v.__setitem__("scale", 2.0**32 if s == 1210 else 65536.0)))
+    assert r.verdict == CONTINUOUS and LOSS_SCALE_RESTART in r.note_codes
+
+
+def test_lost_lines_with_time_are_not_skipped_steps() -> None:
+    # 100 steps of lines lost mid-run; the timestamps show the time passed
+    r = judge(run_log(pre_filter=lambda s: not 600 < s < 700))
+    assert r.verdict == CONTINUOUS and LOST_LOG_LINES in r.note_codes
+
+
+def test_a_jump_with_no_time_for_it_is_skipped_steps() -> None:
+    # no restore line; the counter jumps 1000 steps (500 s of work) across a 300 s restart
+    r = judge(run_log(marker=False, first=2300, until=2600))
+    assert r.verdict == SKIPPED and "never trained" in r.findings[0].message
+
+
+def test_relative_counter_after_a_restore_line() -> None:
+    r = judge(run_log(relative=True))
+    assert r.verdict == CONTINUOUS and RELATIVE_COUNTER in r.note_codes
+    assert r.first_resumed_step == 1210
+
+
+def test_relative_counter_without_restore_line_is_replayed() -> None:
+    r = judge(run_log(relative=True, marker=False))
+    assert r.verdict != CONTINUOUS
+
+
+def test_self_baseline_catches_a_sustained_shift_after_two_points() -> None:
+    def shift(s: int, v: dict[str, float]) -> None:
+        v["loss"] *= 1.6 if s >= 300 else 1.0
+
+    r = judge(run_log(crash=200, ckpt=200, until=1000, every=100, post=shift))
+    assert r.verdict == SPIKE and r.confidence == "low" and SELF_BASELINE in r.note_codes
+    assert r.findings[0].step == 300
+
+
+def test_self_baseline_does_not_alarm_on_a_smooth_small_run() -> None:
+    r = judge(run_log(crash=300, ckpt=300, until=1000, every=100))
+    assert r.verdict == CONTINUOUS and r.confidence == "low"
+
+
+def test_adaptive_window_decides_a_complete_short_log_but_not_a_live_one() -> None:
+    lines = run_log(until=1270)  # 7 points after the resume, N = 20
+    assert judge(lines).verdict == CONTINUOUS and judge(lines).confidence == "medium"
+    live = analyze(parse_lines(lines))
+    assert live.verdict == INSUFFICIENT and not live.decided
+    assert judge(run_log(until=1230)).verdict == INSUFFICIENT  # 3 points: too few even for a complete log
