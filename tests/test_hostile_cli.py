@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from ckptctl.cli.output import escape_controls
-from tests.fuzz.corpus import write_small_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,8 +46,18 @@ def test_escape_controls_keeps_text_and_shows_controls() -> None:
     assert escape_controls("\x9b31m") == "\\x9b31m"
 
 
+def _resumable_checkpoint(path: Path) -> Path:
+    """A real DCP checkpoint with optimizer state (rollback passes over model-only exports)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    sd = {"model": {"w": torch.ones(3, 4)}, "optimizer": {"state": {"w": {"exp_avg": torch.zeros(3, 4)}}}}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(path)))
+    return path
+
+
 def test_reason_with_terminal_escapes_is_escaped(tmp_path: Path) -> None:
-    step = write_small_checkpoint(tmp_path / "real" / "step_10")
+    step = _resumable_checkpoint(tmp_path / "real" / "step_10")
     root = tmp_path / "run"
     shutil.copytree(step, root / "step_10")
     shutil.copytree(step, root / "step_20")
