@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	# torch is named again so the resolver keeps it: backtracking elsewhere (s3fs/aiobotocore
 	# vs moto's botocore) once made pip swap it for a newer torch with CUDA wheels.
-	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,dev]" "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,tensorboard,dev]" "$(TORCH_SPEC)"
 	$(BIN)/python -c 'import sys, torch; s, v = "$(TORCH_SPEC)", torch.__version__.split("+")[0]; print("torch", torch.__version__); sys.exit(s.startswith("torch==") and s[7:] != v and f"got torch {v}, wanted {s}")'
 	touch $(STAMP)
 
