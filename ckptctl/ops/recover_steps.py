@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
+from ckptctl.core.launch_plan import CapacityDecision
 from ckptctl.errors import CkptctlError
+from ckptctl.ops.recover_report import CapacityRecord, DrainRecord, RecoveryReport
 
 #: What the slurm backend asks when no ``recover.hosts_command`` is set (``slurm.usable_hosts``).
 SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
@@ -27,25 +29,26 @@ SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
 class Narrator(Protocol):
     """What a step needs from the recovery: the report and a timeline."""
 
-    report: Any
+    report: RecoveryReport
 
     def log(self, stage: str, message: str, **data: Any) -> None: ...
 
 
-def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> dict[str, Any]:
+def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
+    """Run one drain command to the end (bounded by ``timeout_s``); how it went."""
     try:
         proc = subprocess.run(list(cmd.argv), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
-        return {**cmd.to_json(), "executed": True, "ok": False, "error": f"{cmd.argv[0]}: command not found"}
+        return DrainRecord(command=cmd, executed=True, ok=False, error=f"{cmd.argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return {**cmd.to_json(), "executed": True, "ok": False, "error": f"timed out after {timeout_s:.0f} s"}
-    return {
-        **cmd.to_json(),
-        "executed": True,
-        "ok": proc.returncode == 0,
-        "returncode": proc.returncode,
-        "output": (proc.stdout + proc.stderr).strip()[-2000:],
-    }
+        return DrainRecord(command=cmd, executed=True, ok=False, error=f"timed out after {timeout_s:.0f} s")
+    return DrainRecord(
+        command=cmd,
+        executed=True,
+        ok=proc.returncode == 0,
+        returncode=proc.returncode,
+        output=(proc.stdout + proc.stderr).strip()[-2000:],
+    )
 
 
 def query_hosts(argv: Sequence[str], timeout_s: float = 60.0) -> list[str]:
@@ -76,7 +79,7 @@ def await_capacity(
     dry_run: bool,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[Any, str | None]:
+) -> tuple[CapacityDecision | None, str | None]:
     """RB-7's capacity check: (the decision, None) to go on, or (decision, why) to stop.
 
     With ``min_nodes_policy: wait`` and a ``hosts_command``, asks again every
@@ -97,7 +100,7 @@ def await_capacity(
             try:
                 hosts: list[str] | None = query_hosts(command)
             except RuntimeError as e:
-                rec.report.capacity = {"hosts_command": list(command), "checks": checks, "error": str(e)}
+                rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=str(e))
                 return None, f"capacity check failed: {e}"
         elif use_slurm:
             # The slurm backend asks Slurm itself (sinfo) when no hosts_command is set.
@@ -106,18 +109,15 @@ def await_capacity(
             try:
                 hosts = slurm.usable_hosts()
             except slurm.SlurmError as e:
-                rec.report.capacity = {"hosts_command": list(asked), "checks": checks, "error": e.message}
+                rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=e.message)
                 return None, f"capacity check failed: {e.message}"
         else:
             hosts = list(lc.hosts) if lc.hosts else None
         decision = plan_capacity(lc.min_nodes, lc.max_nodes, hosts, excluded, rc.min_nodes_policy)
         waited = clock() - start
-        rec.report.capacity = {
-            **decision.to_json(),
-            "hosts_command": list(asked) if asked else None,
-            "checks": checks,
-            "waited_s": round(waited, 3),
-        }
+        rec.report.capacity = CapacityRecord(
+            decision=decision, hosts_command=asked or None, checks=checks, waited_s=round(waited, 3)
+        )
         rec.log("capacity", decision.reason)
         if decision.should_launch:
             return decision, None
