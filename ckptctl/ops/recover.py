@@ -28,9 +28,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ckptctl.core import incidents
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
 from ckptctl.core.launch_plan import signal_name
@@ -45,16 +44,12 @@ from ckptctl.ops.recover_report import (
     RecoveryReport,
     SkippedRecord,
     TimelineEntry,
-    drained_hosts,
+    incident_record,
     iso,
     write_report,
 )
 from ckptctl.runroot import lock
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.root import RunRoot, as_run_root
-
-if TYPE_CHECKING:
-    from ckptctl.ops.rollback import RollbackResult
 
 __all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
 
@@ -220,7 +215,7 @@ def recover(
         finally:
             ended = now()
             report.ended = iso(ended)
-            report.incident = _incident(rec, logs)
+            report.incident = incident_record(report, rec.marks, logs)
             if not dry_run:
                 write_report(rr, report, ended)
     return report
@@ -232,37 +227,6 @@ def _describe_error(e: BaseException) -> str:
     if isinstance(e, KeyboardInterrupt):
         return "interrupted"
     return f"{type(e).__name__}: {e}"
-
-
-def _incident(rec: _Recovery, logs: Sequence[str]) -> dict[str, Any]:
-    report = rec.report
-    mtimes = []
-    for p in logs:
-        try:
-            mtimes.append(os.stat(p).st_mtime)
-        except OSError:
-            continue
-    failure = datetime.fromtimestamp(max(mtimes), timezone.utc) if mtimes else None
-    crash_step = None
-    for a in report.attempts[:1]:
-        base = (a.watch or {}).get("baseline") or {}
-        crash_step = base.get("last_step") if isinstance(base.get("last_step"), int) else None
-    first = report.attempts[0].attempt if report.attempts else None
-    return incidents.build_incident(
-        outcome=report.outcome,
-        category=report.classify.category if report.classify else None,
-        failure_time=failure,
-        detected=rec.marks["detected"],
-        drained=rec.marks.get("drained"),
-        capacity=rec.marks.get("capacity"),
-        relaunched=rec.marks.get("relaunched"),
-        first_step=rec.marks.get("first_step"),
-        crash_step=crash_step,
-        checkpoint_step=first.checkpoint_step if first else None,
-        verdicts=[a.attempt.watch_verdict for a in report.attempts],
-        drained_hosts=drained_hosts(report.drain),
-        job_id=(report.last_job() or {}).get("job_id"),
-    )
 
 
 # -- the walk ------------------------------------------------------------------------------------------
@@ -399,7 +363,7 @@ def _walk(
             report.interrupted_by = run.interrupted_by
             return rec.stop(nxt.reason)
         if nxt.kind in ("rollback-and-resume", "rollback-and-stop"):
-            refused = _quarantine_bad_resume(rec, record, root, ckpt.step, str(verdict), held=effects.held, deep=deep)
+            refused = steps.quarantine_bad_resume(rec, record, root, ckpt.step, str(verdict), held=effects.held, deep=deep)
             if refused is not None:
                 return rec.stop(refused)
             if nxt.kind == "rollback-and-stop":
@@ -408,44 +372,3 @@ def _walk(
             # A failed or preempted run: its losses continue the pre-failure record, so the
             # next watch compares against them too. Appended, never swapped in.
             baseline_lines = baseline_lines + steps.read_lines(run.log_path)
-
-
-def _quarantine_bad_resume(
-    rec: _Recovery, record: AttemptRecord, root: RunRoot, step: int | None, verdict: str, *, held: HeldLock | None, deep: bool
-) -> str | None:
-    """Fallback after a bad resume from ``step``: quarantine every complete checkpoint the bad
-    attempt wrote (regular saves and the emergency checkpoint of its stop), newest first,
-    then the checkpoint it resumed from. Returns the reason to stop when a rollback is refused.
-
-    The checkpoint at ``step`` was the newest complete one when the attempt started and
-    the attempt has ended (the backends wait for it), so every complete checkpoint at a
-    later step now was written by it and carries the same bad state.
-    """
-    from ckptctl.ops.checkpoints import find_latest_complete
-    from ckptctl.ops.rollback import rollback
-
-    why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
-    if step is not None:
-        seen: set[str] = set()
-        while True:
-            newest = find_latest_complete(root, deep=deep).checkpoint
-            if newest is None or newest.step is None or newest.step <= step or newest.path in seen:
-                break
-            seen.add(newest.path)
-            rb = rollback(root, step=newest.step, reason=f"{why}; saved by that run", deep=deep, held_lock=held)
-            if not _record_rollback(rec, record, rb, "saved by the bad run"):
-                return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
-    rb = rollback(root, step=step, reason=why, deep=deep, held_lock=held)
-    if not _record_rollback(rec, record, rb, "resumed from"):
-        return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
-    return None
-
-
-def _record_rollback(rec: _Recovery, record: AttemptRecord, rb: RollbackResult, what: str) -> bool:
-    rec.report.rollbacks.append(rb)
-    if rb.refused or rb.plan is None:
-        return False
-    record.quarantined.append(rb.plan.source)
-    rec.report.locate_after = rb.locate
-    rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
-    return True

@@ -6,12 +6,14 @@ never renamed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
+from ckptctl.core import incidents
 from ckptctl.core import recover as core
 from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, signal_name
 from ckptctl.core.recover_plan import RecoveryPlan
@@ -293,3 +295,37 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
 def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
     """Hosts a drain command was run for, successfully."""
     return [h for d in records if d.executed and d.ok for h in d.command.hosts]
+
+
+def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs: Sequence[str]) -> dict[str, Any]:
+    """The report's ``incident`` (``core.incidents``); ``marks``: when each stage was reached.
+
+    The failure time is the newest ``--logs`` file's modification time (none for stdin).
+    """
+    mtimes = []
+    for p in logs:
+        try:
+            mtimes.append(os.stat(p).st_mtime)
+        except OSError:
+            continue
+    failure = datetime.fromtimestamp(max(mtimes), timezone.utc) if mtimes else None
+    crash_step = None
+    for a in report.attempts[:1]:
+        base = (a.watch or {}).get("baseline") or {}
+        crash_step = base.get("last_step") if isinstance(base.get("last_step"), int) else None
+    first = report.attempts[0].attempt if report.attempts else None
+    return incidents.build_incident(
+        outcome=report.outcome,
+        category=report.classify.category if report.classify else None,
+        failure_time=failure,
+        detected=marks["detected"],
+        drained=marks.get("drained"),
+        capacity=marks.get("capacity"),
+        relaunched=marks.get("relaunched"),
+        first_step=marks.get("first_step"),
+        crash_step=crash_step,
+        checkpoint_step=first.checkpoint_step if first else None,
+        verdicts=[a.attempt.watch_verdict for a in report.attempts],
+        drained_hosts=drained_hosts(report.drain),
+        job_id=(report.last_job() or {}).get("job_id"),
+    )
