@@ -250,6 +250,21 @@ def test_the_mutation_checker_sees_violations() -> None:
     assert mutating_calls(src, _REMOVING_CALLS) == ["line 5: .remove_file()"]
 
 
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_audit_records_are_appended_only_through_runroot_audit(path: Path) -> None:
+    """Every audit record is a typed ``runroot.audit`` record written by ``audit.write``."""
+    module = module_name(path)
+    if module in {"ckptctl.runroot.audit", "ckptctl.adapters.audit"}:
+        return
+    calls = mutating_calls(path.read_text(encoding="utf-8"), {"append_record"})
+    names = [
+        f"line {node.lineno}: append_record"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and any(a.name == "append_record" for a in node.names)
+    ]
+    assert not calls + names, f"{module} appends audit records by hand; use ckptctl.runroot.audit.write: {calls + names}"
+
+
 # -- options declared once ------------------------------------------------------------------------
 
 #: Flags several commands share: declared once, in ``ckptctl/cli/options.py``.
