@@ -198,21 +198,105 @@ _MUTATION_HOMES = {
 }
 
 
+#: Calls that remove a file. On an object store a step directory disappears when its commit
+#: marker is removed (``mutate.hide``), so these are held to a home too.
+_REMOVING_CALLS = {"remove_file", "rm", "rm_file", "unlink", "delete"}
+#: Besides the homes above: the lock-file protocol removes its own lock file.
+_REMOVAL_HOMES = _MUTATION_HOMES | {"ckptctl.adapters.runlock"}
+
+
+def mutating_calls(source: str, names: set[str]) -> list[str]:
+    """``.rename()``-style calls in ``source`` whose method name is in ``names``."""
+    return [
+        f"line {node.lineno}: .{node.func.attr}()"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in names
+        and not (isinstance(node.func.value, ast.Constant))  # "x".replace(...)
+        and not _is_str_method(node)
+    ]
+
+
 @pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
 def test_only_runroot_mutate_renames_or_removes_directories(path: Path) -> None:
     module = module_name(path)
     if module in _MUTATION_HOMES:
         return
-    calls = [
-        f"line {node.lineno}: .{node.func.attr}()"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in _MUTATING_CALLS
-        and not (isinstance(node.func.value, ast.Constant))  # "x".replace(...)
-        and not _is_str_method(node)
-    ]
+    calls = mutating_calls(path.read_text(encoding="utf-8"), _MUTATING_CALLS)
     assert not calls, f"{module} renames/removes directly; go through ckptctl.runroot.mutate: {calls}"
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_only_runroot_mutate_removes_files_from_a_run_root(path: Path) -> None:
+    module = module_name(path)
+    if module in _REMOVAL_HOMES:
+        return
+    calls = mutating_calls(path.read_text(encoding="utf-8"), _REMOVING_CALLS)
+    assert not calls, f"{module} removes files directly; go through ckptctl.runroot.mutate: {calls}"
+
+
+def test_the_mutation_checker_sees_violations() -> None:
+    """What an ops module that quarantined by hand would look like is caught; str.replace is not."""
+    src = (
+        "def quarantine(storage, a, b, root):\n"
+        "    storage.rename(a, b)\n"
+        "    root.storage.remove_tree(a)\n"
+        "    os.replace(a, b)\n"
+        "    storage.remove_file(a + '/.ckptctl-commit')\n"
+        "    return b.replace('step_', 'x')\n"
+    )
+    assert mutating_calls(src, _MUTATING_CALLS) == ["line 2: .rename()", "line 3: .remove_tree()", "line 4: .replace()"]
+    assert mutating_calls(src, _REMOVING_CALLS) == ["line 5: .remove_file()"]
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_audit_records_are_appended_only_through_runroot_audit(path: Path) -> None:
+    """Every audit record is a typed ``runroot.audit`` record written by ``audit.write``."""
+    module = module_name(path)
+    if module in {"ckptctl.runroot.audit", "ckptctl.adapters.audit"}:
+        return
+    calls = mutating_calls(path.read_text(encoding="utf-8"), {"append_record"})
+    names = [
+        f"line {node.lineno}: append_record"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and any(a.name == "append_record" for a in node.names)
+    ]
+    assert not calls + names, f"{module} appends audit records by hand; use ckptctl.runroot.audit.write: {calls + names}"
+
+
+# -- options declared once ------------------------------------------------------------------------
+
+#: Flags several commands share: declared once, in ``ckptctl/cli/options.py``.
+SHARED_FLAGS = {"--config", "--signatures", "--json", "--dry-run", "--deep", "--world-size", "--yes", "--require"}
+
+
+def declared_flags(source: str) -> list[tuple[str, int]]:
+    """Flag names passed to ``typer.Option(...)`` calls in ``source``, with their line."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "Option"
+        ):
+            out.extend(
+                (a.value, node.lineno)
+                for a in node.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+            )
+    return out
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "cli").glob("*.py")), ids=lambda p: module_name(p))
+def test_shared_options_are_declared_only_in_cli_options(path: Path) -> None:
+    if path.name == "options.py":
+        flags = [f for f, _ in declared_flags(path.read_text(encoding="utf-8"))]
+        assert set(flags) >= SHARED_FLAGS and len(flags) == len(set(flags))
+        return
+    dup = [f"line {n}: {f}" for f, n in declared_flags(path.read_text(encoding="utf-8")) if f in SHARED_FLAGS]
+    assert not dup, f"{module_name(path)} declares a shared option again; use ckptctl.cli.options: {dup}"
+    assert declared_flags('x = typer.Option("--config", "-c", help="h")\n') == [("--config", 1)]
 
 
 def _is_str_method(node: ast.Call) -> bool:

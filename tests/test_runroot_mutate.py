@@ -35,7 +35,11 @@ SCHEMA = {
         "time", "user", "host", "pid", "action", "from", "to", "step", "reason", "ckptctl_version", "root", "actor",
     ],
     "drain": ["time", "user", "host", "pid", "action", "argv", "ok", "ckptctl_version"],
-    "recover": ["time", "user", "host", "pid", "action", "outcome", "reason", "report", "ckptctl_version"],
+    "launch": [
+        "time", "user", "host", "pid", "action", "backend", "job_id", "script", "detached", "started",
+        "resume_from", "log", "ckptctl_version",
+    ],
+    "recover": ["time", "user", "host", "pid", "action", "outcome", "reason", "report", "job", "ckptctl_version"],
 }
 
 
@@ -50,6 +54,10 @@ def records() -> list[audit.AuditEntry]:
         audit.StepRemoved(who=WHO, root="/r", name="step_10", step=10, reason="keep_last=2"),
         audit.StepSuperseded(who=WHO, root="/r", from_name="step_10", to_name="x", step=10, reason="again"),
         audit.Drain(who=WHO, argv=["scontrol", "update"], ok=True),
+        audit.Launch(
+            who=WHO, backend="slurm", job_id="4412", script="/logs/slurm-1.sh", detached=False,
+            started=WHO.time, resume_from="/r/step_20",
+        ),
         audit.Recovery(who=WHO, outcome="resumed", reason=None, report="/r/.ckptctl/recovery-1.json"),
     ]
 
@@ -69,7 +77,7 @@ def test_write_adds_the_outcome_to_changes_of_step_directories_only(tmp_path: Pa
     bad = records()[0]
     audit.write(root, bad, outcome="failed", error="connection reset")
     lines = [json.loads(x) for x in (tmp_path / ".ckptctl" / "audit.jsonl").read_text().splitlines()]
-    assert [x.get("outcome") for x in lines] == ["done", "done", "done", "done", None, "resumed", "failed"]
+    assert [x.get("outcome") for x in lines] == ["done", "done", "done", "done", None, None, "resumed", "failed"]
     assert lines[-1]["error"] == "connection reset" and "error" not in lines[0]
     assert audit.read(root).records == lines
 

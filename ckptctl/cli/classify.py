@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from ckptctl.cli import output as out
-from ckptctl.cli.options import JsonOpt
+from ckptctl.cli.options import ConfigOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
     from ckptctl.core.classify import Event, Suspect
@@ -29,15 +29,6 @@ LogsArg = Annotated[
         "or - for stdin; .gz is decompressed. Kernel logs (dmesg, journalctl), rank stderr, "
         "torchrun output, NCCL logs, Slurm and Kubernetes output, torchelastic error.json.",
         show_default=False,
-    ),
-]
-SignaturesOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--signatures",
-        metavar="FILE",
-        help="Extra signature catalog (YAML, docs/classify.md); its entries take precedence "
-        "over the built-in ones, same id replaces. Repeatable.",
     ),
 ]
 
@@ -67,14 +58,7 @@ def register(app: typer.Typer) -> None:
         signatures: SignaturesOpt = None,
         jobs: JobsOpt = None,
         as_json: JsonOpt = False,
-        config_path: Annotated[
-            str | None,
-            typer.Option(
-                "--config",
-                metavar="FILE",
-                help="ckptctl.yaml whose classify.signatures catalogs are added (default: ./ckptctl.yaml if present).",
-            ),
-        ] = None,
+        config_path: ConfigOpt = None,
     ) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
         resume), job (fix it, do not resume), preemption (just resume) or unknown (and which

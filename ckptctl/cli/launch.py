@@ -14,7 +14,7 @@ import typer
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
-from ckptctl.cli.options import DryRunOpt, JsonOpt
+from ckptctl.cli.options import ConfigOpt, DryRunOpt, JsonOpt
 
 if TYPE_CHECKING:
     from ckptctl.adapters.launcher import Supervisor
@@ -30,10 +30,6 @@ CommandArg = Annotated[
         "Everything from the script on is passed to it untouched.",
         show_default=False,
     ),
-]
-ConfigOpt = Annotated[
-    str | None,
-    typer.Option("--config", "-c", metavar="FILE", help="Config file (default: ./ckptctl.yaml if present)."),
 ]
 RunRootOpt = Annotated[
     str | None, typer.Option("--run-root", metavar="URL", help="Checkpoint root (overrides run_root).")

@@ -38,7 +38,8 @@ ConfigOpt = Annotated[
         "--config",
         "-c",
         metavar="FILE",
-        help="ckptctl.yaml (default: ./ckptctl.yaml if present).",
+        help="ckptctl.yaml: launch, recover and classify settings (its classify.signatures "
+        "catalogs are added to classify's). Default: ./ckptctl.yaml if present.",
     ),
 ]
 SignaturesOpt = Annotated[

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ckptctl.cli import output as out
-from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt
+from ckptctl.cli.options import ConfigOpt, DeepOpt, DryRunOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
     from ckptctl.ops.recover import RecoveryReport
@@ -28,7 +28,7 @@ def _render(report: RecoveryReport) -> None:
     elif report.plan is not None:
         c.print(f"config: {escape(report.plan.config_file or '(none: defaults)')}")
     if report.classify:
-        cl = report.classify
+        cl = report.classify.to_json()
         c.print(f"classify: {cl['category']} ({cl['confidence']} confidence): {escape(cl['action'])}")
         rc = cl.get("root_cause")
         if rc:
@@ -38,21 +38,24 @@ def _render(report: RecoveryReport) -> None:
     if report.triage:
         c.print(f"decision: {escape(report.triage.reason)}")
     for d in report.drain:
-        state = "executed" if d.get("executed") else "NOT executed (--execute-drain runs it)"
-        c.print(f"drain: {escape(shlex.join(d['argv']))}  [{state}]")
+        if not d.executed:
+            state = "NOT executed (--execute-drain runs it)"
+        else:
+            state = "executed" if d.ok else f"FAILED: {d.failure}"
+        c.print(f"drain: {escape(shlex.join(d.command.argv))}  [{escape(state)}]")
     if report.capacity:
-        c.print(f"capacity: {escape(report.capacity['reason'])}")
+        c.print(f"capacity: {escape(report.capacity.reason)}")
     for s in report.skipped_checkpoints:
         c.print(f"skipped: {escape(s.path)} ({s.status}): {escape('; '.join(s.problems[:2]))}")
     if report.checkpoint:
         ck = report.checkpoint
         c.print(f"checkpoint: {escape(ck.path)} (step {ck.step}, world size {ck.world_size})")
     if report.launch_plan and report.dry_run:
-        c.print("command: " + escape(shlex.join(report.launch_plan.get("argv", []))))
-        batch = report.launch_plan.get("slurm")
-        if batch:
-            c.print("batch script (" + escape(shlex.join(batch["sbatch_argv"])) + "):")
-            for line in batch["script"].splitlines():
+        c.print("command: " + escape(shlex.join(report.launch_plan.plan.argv)))
+        batch = report.launch_plan.slurm
+        if batch is not None:
+            c.print("batch script (" + escape(shlex.join(batch.sbatch_argv)) + "):")
+            for line in batch.script.splitlines():
                 c.print("  " + escape(line))
     for a in report.attempts:
         j = a.to_json()
@@ -66,14 +69,10 @@ def _render(report: RecoveryReport) -> None:
             running = ", still running" if job.get("still_running") else ""
             c.print(f"  job: {job.get('backend')} {job.get('job_id')} ({escape(str(job.get('state')))}{running})")
     for r in report.rollbacks:
-        # RollbackResult.to_json(): plan.source/destination are {name, path, ...} objects
-        plan = r.get("plan") or {}
-        if r.get("refused") or not plan:
-            refusal = r.get("refused") or {}
-            c.print(f"rollback refused: {escape(str(refusal.get('message', 'no plan')))}")
+        if r.refusal is not None or r.plan is None:
+            c.print(f"rollback refused: {escape(r.refusal.message if r.refusal else 'no plan')}")
             continue
-        src, dst = plan.get("source") or {}, plan.get("destination") or {}
-        c.print(f"rollback: quarantined {escape(str(src.get('path')))} -> {escape(str(dst.get('name')))}")
+        c.print(f"rollback: quarantined {escape(str(r.plan.path(r.plan.source)))} -> {escape(r.plan.destination)}")
     c.print("timeline:")
     for t in report.timeline:
         c.print(f"  {t.time}  {t.stage:<9} {escape(t.message)}")
@@ -91,13 +90,11 @@ def recover_cmd(
         list[str] | None,
         typer.Option("--logs", "-l", help="A log to classify (file, dir, glob, URL, '-'). Repeatable."),
     ] = None,
-    config_path: Annotated[str | None, typer.Option("--config", help="ckptctl.yaml (default ./ckptctl.yaml).")] = None,
+    config_path: ConfigOpt = None,
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="Pre-failure training log for the loss watch (default: the --logs).")
     ] = None,
-    signatures: Annotated[
-        list[str] | None, typer.Option("--signatures", help="Extra failure signature YAML. Repeatable.")
-    ] = None,
+    signatures: SignaturesOpt = None,
     no_logs: Annotated[
         bool, typer.Option("--no-logs", help="Resume without classifying (say so explicitly: the cause stays unknown).")
     ] = False,
@@ -119,8 +116,8 @@ def recover_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Walk the RB-7 runbook: classify, drain, locate + verify, relaunch torchrun, watch the loss, fall back."""
-    from ckptctl.adapters.config_file import load_config
     from ckptctl.errors import UsageError
+    from ckptctl.ops.launch import load_config
     from ckptctl.ops.recover import recover
 
     if on_unknown not in ("resume", "stop"):

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.markup import escape
 
 from ckptctl.cli import output as out
-from ckptctl.cli.options import JsonOpt
-
-RootArg = Annotated[str, typer.Argument(help="Checkpoint run root (path or fsspec URL).")]
+from ckptctl.cli.options import JsonOpt, RootArg
 
 
 def status_cmd(root: RootArg, json_: JsonOpt = False) -> None:

@@ -10,7 +10,14 @@ back). Every decision is a pure function in ``ckptctl.core.recover``; this modul
 carries them out holding the run root's lock, and returns a ``RecoveryReport``
 (also written to ``<root>/.ckptctl/``). Nothing here prints.
 
-``dry_run`` executes the same plan through ``_DryEffects``: no lock, no drain, one
+The run root is opened once (``runroot.RunRoot``) and that value is passed to every
+step (locate, rollback, the audit log, the report). The lock is ``runroot.lock.hold``
+(a stale lock it breaks is audited there); its token goes to the job in
+``CKPTCTL_RUN_LOCK_TOKEN`` so the job's own retention may act under it. Every audit
+record is a typed ``runroot.audit`` record: ``drain``, ``launch``, ``recover``, and the
+``quarantine`` records of a fallback (through ``ops.rollback`` -> ``runroot.mutate``).
+
+``dry_run`` executes the same plan through ``DryEffects``: no lock, no drain, one
 capacity look, no launch, no rename, no report file.
 """
 
@@ -21,11 +28,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ckptctl.adapters.runlock import HeldLock, read_lock, run_lock
-from ckptctl.adapters.storage import Storage
-from ckptctl.core import incidents
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
 from ckptctl.core.launch_plan import signal_name
@@ -36,15 +40,16 @@ from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects
 from ckptctl.ops.recover_report import (
     AttemptRecord,
     CheckpointRecord,
+    LaunchRecord,
     RecoveryReport,
     SkippedRecord,
     TimelineEntry,
+    incident_record,
     iso,
     write_report,
 )
-
-if TYPE_CHECKING:
-    from ckptctl.ops.rollback import RollbackResult
+from ckptctl.runroot import lock
+from ckptctl.runroot.root import RunRoot, as_run_root
 
 __all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
 
@@ -127,7 +132,7 @@ def plan_recovery(
 
 
 def recover(
-    root: str | None,
+    root: str | RunRoot | None,
     *,
     config: CkptctlConfig,
     logs: Sequence[str] = (),
@@ -152,7 +157,7 @@ def recover(
     lock; ``NotFoundError`` when the root does not exist; ``UsageError`` when run roots disagree.
     """
     plan = plan_recovery(
-        root,
+        root.url if isinstance(root, RunRoot) else root,
         config=config,
         root_source=root_source,
         logs=logs,
@@ -164,31 +169,32 @@ def recover(
         baseline_log=baseline_log,
     )
     if not plan.is_complete or root is None:
-        report = RecoveryReport(root=root or "", dry_run=dry_run, started=iso(now()), plan=plan)
+        shown = root.url if isinstance(root, RunRoot) else (root or "")
+        report = RecoveryReport(root=shown, dry_run=dry_run, started=iso(now()), plan=plan)
         report.outcome = "plan-only"
         report.reason = "not started: " + "; ".join(plan.missing)
         report.ended = report.started
         return report
-    storage, path = Storage.open_directory(root)
-    report = RecoveryReport(root=storage.url(path), dry_run=dry_run, started=iso(now()), plan=plan)
+    rr = as_run_root(root)  # opened once; every step below gets this value
+    report = RecoveryReport(root=rr.url, dry_run=dry_run, started=iso(now()), plan=plan)
     rec = _Recovery(report, on_event, now)
     rec.mark("detected")
     rec.log("plan", f"config {plan.config_file or '(none: defaults)'}; backend {plan.backend}; root {report.root}")
     if dry_run:
         # Read-only look at the lock: the plan is only worth showing if a real run could act on it.
-        holder = read_lock(storage, path)
+        holder = lock.holder(rr)
         if holder is not None:
             report.warnings.append(f"the run root is locked ({holder.describe()}): a real run would be refused now")
-    lock_ctx = nullcontext(None) if dry_run else run_lock(storage, path, operation="recover")
+    lock_ctx = nullcontext(None) if dry_run else lock.hold(rr, "recover", clock=now)
     with lock_ctx as held:
         if held is not None and held.broke_stale:
+            # runroot.lock has written the break-lock audit record
             report.warnings.append("a stale lock left by a dead process was broken")
-        effects: Effects = DryEffects() if dry_run else RealEffects(storage, path, held)
+        effects: Effects = DryEffects() if dry_run else RealEffects(rr, held, now)
         try:
             _walk(
                 rec,
-                storage,
-                path,
+                rr,
                 effects,
                 config=config,
                 plan=plan,
@@ -207,10 +213,11 @@ def recover(
             rec.log("stop", report.reason)
             raise
         finally:
-            report.ended = iso(now())
-            report.incident = _incident(rec, logs)
+            ended = now()
+            report.ended = iso(ended)
+            report.incident = incident_record(report, rec.marks, logs)
             if not dry_run:
-                write_report(storage, path, report, now())
+                write_report(rr, report, ended)
     return report
 
 
@@ -222,44 +229,12 @@ def _describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _incident(rec: _Recovery, logs: Sequence[str]) -> dict[str, Any]:
-    report = rec.report
-    mtimes = []
-    for p in logs:
-        try:
-            mtimes.append(os.stat(p).st_mtime)
-        except OSError:
-            continue
-    failure = datetime.fromtimestamp(max(mtimes), timezone.utc) if mtimes else None
-    crash_step = None
-    for a in report.attempts[:1]:
-        base = (a.watch or {}).get("baseline") or {}
-        crash_step = base.get("last_step") if isinstance(base.get("last_step"), int) else None
-    first = report.attempts[0].attempt if report.attempts else None
-    return incidents.build_incident(
-        outcome=report.outcome,
-        category=(report.classify or {}).get("category"),
-        failure_time=failure,
-        detected=rec.marks["detected"],
-        drained=rec.marks.get("drained"),
-        capacity=rec.marks.get("capacity"),
-        relaunched=rec.marks.get("relaunched"),
-        first_step=rec.marks.get("first_step"),
-        crash_step=crash_step,
-        checkpoint_step=first.checkpoint_step if first else None,
-        verdicts=[a.attempt.watch_verdict for a in report.attempts],
-        drained_hosts=[h for d in report.drain if d.get("executed") and d.get("ok") for h in d.get("hosts", [])],
-        job_id=(report.attempts[-1].job or {}).get("job_id") if report.attempts else None,
-    )
-
-
 # -- the walk ------------------------------------------------------------------------------------------
 
 
 def _walk(
     rec: _Recovery,
-    storage: Storage,
-    path: str,
+    root: RunRoot,
     effects: Effects,
     *,
     config: CkptctlConfig,
@@ -278,14 +253,13 @@ def _walk(
     from ckptctl.ops.launch import prepare_launch
 
     report = rec.report
-    url = storage.url(path)
+    url = root.url
 
     # 1. classify
     if logs:
         result = classify_logs(list(logs), extra_signature_files=[*config.classify.signatures, *signature_files])
-        doc = result.to_json()
-        report.classify = doc
-        rc_ = doc.get("root_cause") or {}
+        report.classify = result
+        rc_ = result.to_json().get("root_cause") or {}
         where = f" ({rc_.get('file')}:{rc_.get('line')})" if rc_ else ""
         rec.log("classify", f"{result.category} fault, {result.confidence} confidence: {result.action}{where}",
                 category=result.category, hosts=list(result.hosts))
@@ -313,8 +287,8 @@ def _walk(
     # 4. capacity
     excluded = tuple(dict.fromkeys([*config.launch.exclude_hosts, *triage.drain_hosts]))
     decision, refusal = steps.await_capacity(config, excluded, rec, dry_run=effects.dry)
-    if refusal is not None:
-        return rec.stop(refusal)
+    if refusal is not None or decision is None:
+        return rec.stop(refusal or "capacity check failed")
     rec.mark("capacity")
 
     # 5..8. locate + verify, launch, watch; fall back on a bad resume
@@ -322,7 +296,8 @@ def _walk(
     baseline_lines = [line for p in baseline_paths for line in steps.read_lines(p)]
     history: list[core.Attempt] = []
     while True:
-        found = find_latest_complete(url, deep=deep)
+        root.storage.invalidate_cache(root.path)  # a job may have written checkpoints since the last listing
+        found = find_latest_complete(root, deep=deep)
         for s in found.skipped:
             report.skipped_checkpoints.append(SkippedRecord(path=s.path, status=s.status, problems=tuple(s.problems)))
             rec.log("verify", f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:2])}")
@@ -334,7 +309,7 @@ def _walk(
         )
         rec.log("verify", f"newest complete checkpoint: {ckpt.path} (step {ckpt.step}, world size {ckpt.world_size})")
         lplan = prepare_launch(config, resume_from=ckpt.path, nnodes=decision.nnodes, exclude_hosts=excluded)
-        report.launch_plan = lplan.to_json()
+        report.launch_plan = LaunchRecord(plan=lplan)
 
         attempt_no = len(history) + 1
         watcher, watch_state = steps.make_watcher(config, ckpt.step, baseline_lines)
@@ -373,7 +348,7 @@ def _walk(
         )
         history.append(attempt)
         record = AttemptRecord(attempt, list(lplan.argv), run.log_path, watch_state.get("result"),
-                               round(run.duration_s, 3), run.stop_reason, job=run.to_json())
+                               round(run.duration_s, 3), run.stop_reason, job=run)
         report.attempts.append(record)
         state = "still running" if run.still_running else f"job exit {run.exit_code}"
         rec.log("watch", f"attempt {attempt_no}: {state}, loss watch: {verdict or 'no verdict'}",
@@ -388,7 +363,7 @@ def _walk(
             report.interrupted_by = run.interrupted_by
             return rec.stop(nxt.reason)
         if nxt.kind in ("rollback-and-resume", "rollback-and-stop"):
-            refused = _quarantine_bad_resume(rec, record, url, ckpt.step, str(verdict), held=getattr(effects, "held", None), deep=deep)
+            refused = steps.quarantine_bad_resume(rec, record, root, ckpt.step, str(verdict), held=effects.held, deep=deep)
             if refused is not None:
                 return rec.stop(refused)
             if nxt.kind == "rollback-and-stop":
@@ -397,44 +372,3 @@ def _walk(
             # A failed or preempted run: its losses continue the pre-failure record, so the
             # next watch compares against them too. Appended, never swapped in.
             baseline_lines = baseline_lines + steps.read_lines(run.log_path)
-
-
-def _quarantine_bad_resume(
-    rec: _Recovery, record: AttemptRecord, url: str, step: int | None, verdict: str, *, held: HeldLock | None, deep: bool
-) -> str | None:
-    """Fallback after a bad resume from ``step``: quarantine every complete checkpoint the bad
-    attempt wrote (regular saves and the emergency checkpoint of its stop), newest first,
-    then the checkpoint it resumed from. Returns the reason to stop when a rollback is refused.
-
-    The checkpoint at ``step`` was the newest complete one when the attempt started and
-    the attempt has ended (the backends wait for it), so every complete checkpoint at a
-    later step now was written by it and carries the same bad state.
-    """
-    from ckptctl.ops.checkpoints import find_latest_complete
-    from ckptctl.ops.rollback import rollback
-
-    why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
-    if step is not None:
-        seen: set[str] = set()
-        while True:
-            newest = find_latest_complete(url, deep=deep).checkpoint
-            if newest is None or newest.step is None or newest.step <= step or newest.path in seen:
-                break
-            seen.add(newest.path)
-            rb = rollback(url, step=newest.step, reason=f"{why}; saved by that run", deep=deep, held_lock=held)
-            if not _record_rollback(rec, record, rb, "saved by the bad run"):
-                return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
-    rb = rollback(url, step=step, reason=why, deep=deep, held_lock=held)
-    if not _record_rollback(rec, record, rb, "resumed from"):
-        return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
-    return None
-
-
-def _record_rollback(rec: _Recovery, record: AttemptRecord, rb: RollbackResult, what: str) -> bool:
-    rec.report.rollbacks.append(rb.to_json())
-    if rb.refused or rb.plan is None:
-        return False
-    record.quarantined.append(rb.plan.source)
-    rec.report.locate_after = rb.locate
-    rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
-    return True

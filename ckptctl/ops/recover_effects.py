@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl import __version__
-from ckptctl.adapters import audit
-from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
-from ckptctl.adapters.storage import Storage
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
 from ckptctl.core.launch_plan import LaunchPlan
 from ckptctl.ops import recover_steps as steps
-from ckptctl.ops.recover_report import actor, iso
+from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
+from ckptctl.runroot import audit
+from ckptctl.runroot.lock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
     from ckptctl.ops.jobs import JobRun
@@ -35,8 +36,33 @@ def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobFile:
+    """``<root>/.ckptctl/job.json``: the job the last recovery started and who owns it.
+
+    The audit log's ``launch`` record carries the same fields but ``owner`` (its
+    ``user``/``host``/``pid`` say it). Keys are a contract (``ckptctl status``).
+    """
+
+    launch: audit.Launch
+
+    def to_json(self) -> dict[str, Any]:
+        rec = self.launch
+        return {
+            "backend": rec.backend,
+            "job_id": rec.job_id,
+            "script": rec.script,
+            "owner": {"user": rec.who.user, "host": rec.who.host, "pid": rec.who.pid},
+            "detached": rec.detached,
+            "started": rec.started,
+            "resume_from": rec.resume_from,
+            "log": rec.log,
+        }
+
+
 class Effects:
     dry = False
+    held: HeldLock | None = None
 
     def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
         raise NotImplementedError
@@ -49,7 +75,7 @@ class DryEffects(Effects):
     dry = True
 
     def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
-        rec.report.drain.append({**cmd.to_json(), "executed": False})
+        rec.report.drain.append(DrainRecord(command=cmd, executed=False))
         rec.log("drain", f"drain step (not executed, dry run): {shlex.join(cmd.argv)}")
         return None
 
@@ -58,7 +84,7 @@ class DryEffects(Effects):
             from ckptctl.ops.jobs import render_batch
 
             batch = render_batch(config, plan)
-            rec.report.launch_plan = {**(rec.report.launch_plan or {}), "slurm": batch.to_json()}
+            rec.report.launch_plan = LaunchRecord(plan=plan, slurm=batch)
             rec.log("launch", "would submit with " + shlex.join(batch.sbatch_argv) + ":\n" + batch.script.rstrip())
         else:
             rec.log("launch", "would run: " + shlex.join(plan.argv))
@@ -68,23 +94,22 @@ class DryEffects(Effects):
 
 
 class RealEffects(Effects):
-    def __init__(self, storage: Storage, path: str, held: HeldLock | None) -> None:
-        self.storage, self.path, self.held = storage, path, held
+    """Acts on the run root ``root`` while holding its lock (``held``)."""
 
-    def audit(self, record: dict[str, Any]) -> None:
-        audit.append_record(self.storage, self.path, {"time": iso(_utc_now()), **actor(), **record, "ckptctl_version": __version__})
+    def __init__(self, root: RunRoot, held: HeldLock | None, clock: Callable[[], datetime] = _utc_now) -> None:
+        self.root, self.held, self.clock = root, held, clock
 
     def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
         shown = shlex.join(cmd.argv)
         if not execute:
-            rec.report.drain.append({**cmd.to_json(), "executed": False})
+            rec.report.drain.append(DrainRecord(command=cmd, executed=False))
             rec.log("drain", f"drain step (not executed, pass --execute-drain to run it): {shown}")
             return None
         outcome = steps.run_drain(cmd)
         rec.report.drain.append(outcome)
-        self.audit({"action": "drain", "argv": list(cmd.argv), "ok": outcome["ok"]})
-        if not outcome["ok"]:
-            return f"drain failed: {shown}: {outcome.get('error') or outcome.get('output')}"
+        audit.write(self.root, audit.Drain(who=audit.Who.now(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
+        if outcome.failure is not None:
+            return f"drain failed: {shown}: {outcome.failure}"
         rec.log("drain", f"drained: {shown}")
         return None
 
@@ -92,14 +117,18 @@ class RealEffects(Effects):
         from ckptctl.ops.jobs import run_job
 
         def on_submit(job_id: str, script: str | None) -> None:
-            who = actor()
-            record = {"backend": config.launch.backend, "job_id": job_id, "script": script, "owner": who,
-                      "detached": kw["detach"], "started": iso(_utc_now()), "resume_from": plan.resume_from,
-                      "log": None}
-            self.audit({"action": "launch", **{k: v for k, v in record.items() if k != "owner"}})
-            self.storage.write_bytes(
-                self.storage.join(audit.state_dir(self.storage, self.path), JOB_FILE),
-                (json.dumps(record, indent=2) + "\n").encode(),
+            record = audit.Launch(
+                who=audit.Who.now(self.clock),
+                backend=config.launch.backend,
+                job_id=job_id,
+                script=script,
+                detached=kw["detach"],
+                started=iso(self.clock()),
+                resume_from=plan.resume_from,
+            )
+            audit.write(self.root, record)
+            self.root.storage.write_bytes(
+                audit.state_path(self.root, JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
             )
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 
@@ -114,5 +143,3 @@ class RealEffects(Effects):
             # the job's own retention may act while recover holds the lock on its behalf
             extra_env={INHERITED_TOKEN_ENV: self.held.info.token} if self.held is not None else None,
         )
-
-

@@ -1,30 +1,109 @@
 """The report of ``ckptctl recover`` (``--json`` document, ``schema: ckptctl.recover/1``) and
 where it is kept: ``<root>/.ckptctl/recovery-<UTC>.json``, pointed at by the audit log.
-Keys are added, never renamed."""
+Every section is a typed record whose ``to_json()`` gives the keys; keys are added,
+never renamed."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
-from ckptctl.adapters import audit
-from ckptctl.adapters.storage import Storage
+from ckptctl.core import incidents
 from ckptctl.core import recover as core
-from ckptctl.core.launch_plan import signal_name
+from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, signal_name
 from ckptctl.core.recover_plan import RecoveryPlan
+from ckptctl.core.slurm_batch import SlurmBatch
 from ckptctl.errors import StorageError
+from ckptctl.runroot import audit
+from ckptctl.runroot.root import RunRoot
+
+if TYPE_CHECKING:
+    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.ops.jobs import JobRun
+    from ckptctl.ops.rollback import RollbackResult
 
 
 def iso(t: datetime) -> str:
     return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def actor() -> dict[str, Any]:
-    a = audit.current_actor()
-    return {"user": a.user, "host": a.host, "pid": a.pid}
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainRecord:
+    """One drain command: shown only (``executed`` false), or run and how it went."""
+
+    command: core.DrainCommand
+    executed: bool
+    ok: bool | None = None
+    """Run: did it exit 0 (None when not run)."""
+    returncode: int | None = None
+    output: str | None = None
+    """Run to the end: its stdout+stderr, last 2000 characters."""
+    error: str | None = None
+    """Could not be run to the end (not found, timed out)."""
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {**self.command.to_json(), "executed": self.executed}
+        if not self.executed:
+            return doc
+        doc["ok"] = bool(self.ok)
+        if self.error is not None:
+            doc["error"] = self.error
+        else:
+            doc["returncode"] = self.returncode
+            doc["output"] = self.output
+        return doc
+
+    @property
+    def failure(self) -> str | None:
+        """Why a run drain failed (None when it succeeded or was not run)."""
+        if not self.executed or self.ok:
+            return None
+        return self.error or self.output or f"exit {self.returncode}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CapacityRecord:
+    """The last capacity check: its decision, or why the hosts could not be asked."""
+
+    decision: CapacityDecision | None
+    """None when the check itself failed (``error``)."""
+    hosts_command: tuple[str, ...] | None
+    """What was asked (``recover.hosts_command`` or slurm's ``sinfo``); None: fixed ``launch.hosts``."""
+    checks: int
+    waited_s: float | None = None
+    error: str | None = None
+
+    @property
+    def reason(self) -> str:
+        if self.decision is not None:
+            return self.decision.reason
+        return f"capacity check failed: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        asked = list(self.hosts_command) if self.hosts_command is not None else None
+        if self.decision is None:
+            return {"hosts_command": asked, "checks": self.checks, "error": self.error}
+        return {**self.decision.to_json(), "hosts_command": asked, "checks": self.checks, "waited_s": self.waited_s}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRecord:
+    """The launch recover made (or would make): the torchrun plan and, with slurm, its batch script."""
+
+    plan: LaunchPlan
+    slurm: SlurmBatch | None = None
+    """Shown by a dry run with ``launch.backend: slurm``."""
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.plan.to_json()
+        if self.slurm is not None:
+            doc["slurm"] = self.slurm.to_json()
+        return doc
 
 
 @dataclass(slots=True)
@@ -73,8 +152,8 @@ class AttemptRecord:
     """The loss watch's own JSON result, whole (whatever keys the watch adds)."""
     duration_s: float | None
     stop_reason: str | None
-    job: dict[str, Any] | None = None
-    """The backend's record of the job: ``{backend, job_id, script, state, still_running}``."""
+    job: JobRun | None = None
+    """How the backend ran the job (JSON: ``{backend, job_id, script, state, still_running}``)."""
     quarantined: list[str] = field(default_factory=list)
     """Checkpoints this attempt's bad resume led recover to quarantine (its own saves included)."""
 
@@ -94,7 +173,7 @@ class AttemptRecord:
             "duration_s": self.duration_s,
             "watch": self.watch,
             "still_running": a.still_running,
-            "job": self.job,
+            "job": self.job.to_json() if self.job else None,
             "quarantined": self.quarantined,
         }
 
@@ -110,16 +189,16 @@ class RecoveryReport:
     """recovered | resumed-unverified | stopped | dry-run | plan-only (``core.recover.OUTCOME_EXIT``)"""
     reason: str = ""
     ended: str | None = None
-    classify: dict[str, Any] | None = None
+    classify: ClassifyResult | None = None
     triage: core.TriageDecision | None = None
-    drain: list[dict[str, Any]] = field(default_factory=list)
-    capacity: dict[str, Any] | None = None
+    drain: list[DrainRecord] = field(default_factory=list)
+    capacity: CapacityRecord | None = None
     checkpoint: CheckpointRecord | None = None
     """The checkpoint of the last (or planned) resume."""
     skipped_checkpoints: list[SkippedRecord] = field(default_factory=list)
-    launch_plan: dict[str, Any] | None = None
+    launch_plan: LaunchRecord | None = None
     attempts: list[AttemptRecord] = field(default_factory=list)
-    rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    rollbacks: list[RollbackResult] = field(default_factory=list)
     timeline: list[TimelineEntry] = field(default_factory=list)
     report_path: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -131,6 +210,11 @@ class RecoveryReport:
     """What ``locate`` returns after this recovery's quarantines (None: nothing was quarantined)."""
     incident: dict[str, Any] | None = None
     """The incident ledger entry (``core.incidents``): times, steps recomputed, verdicts, hosts."""
+
+    def last_job(self) -> dict[str, Any] | None:
+        """The last attempt's job (JSON), if any."""
+        job = self.attempts[-1].job if self.attempts else None
+        return job.to_json() if job else None
 
     @property
     def exit_code(self) -> int:
@@ -148,15 +232,15 @@ class RecoveryReport:
             "exit_code": self.exit_code,
             "started": self.started,
             "ended": self.ended,
-            "classify": self.classify,
+            "classify": self.classify.to_json() if self.classify else None,
             "triage": self.triage.to_json() if self.triage else None,
-            "drain": self.drain,
-            "capacity": self.capacity,
+            "drain": [d.to_json() for d in self.drain],
+            "capacity": self.capacity.to_json() if self.capacity else None,
             "checkpoint": self.checkpoint.to_json() if self.checkpoint else None,
             "skipped_checkpoints": [k.to_json() for k in self.skipped_checkpoints],
-            "launch_plan": self.launch_plan,
+            "launch_plan": self.launch_plan.to_json() if self.launch_plan else None,
             "attempts": [a.to_json() for a in self.attempts],
-            "rollbacks": self.rollbacks,
+            "rollbacks": [r.to_json() for r in self.rollbacks],
             "timeline": [t.to_json() for t in self.timeline],
             "report_path": self.report_path,
             "warnings": self.warnings,
@@ -164,13 +248,13 @@ class RecoveryReport:
             "ckptctl_version": __version__,
             "plan": self.plan.to_json() if self.plan else None,
             "config_file": self.plan.config_file if self.plan else None,
-            "job": self.attempts[-1].job if self.attempts else None,
+            "job": self.last_job(),
             "incident": self.incident,
             "locate_after": self.locate_after,
         }
 
 
-def report_target(storage: Storage, path: str, when: datetime) -> str:
+def report_target(root: RunRoot, when: datetime) -> str:
     """``<root>/.ckptctl/recovery-<UTC stamp>.json``, ``-2``, ``-3`` ... when taken.
 
     The stamp has one-second resolution and two recoveries can end in the same
@@ -178,35 +262,70 @@ def report_target(storage: Storage, path: str, when: datetime) -> str:
     overwrite an earlier one that the audit log points at. Recoveries hold the
     run-root lock while writing, so checking before writing is enough.
     """
-    stamp = when.strftime("%Y%m%dT%H%M%SZ")
-    base = storage.join(audit.state_dir(storage, path), f"recovery-{stamp}")
+    base = audit.state_path(root, f"recovery-{when.strftime('%Y%m%dT%H%M%SZ')}")
     target, n = f"{base}.json", 1
-    while storage.exists(target):
+    while root.storage.exists(target):
         n += 1
         target = f"{base}-{n}.json"
     return target
 
 
-def write_report(storage: Storage, path: str, report: RecoveryReport, when: datetime) -> None:
+def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
+    """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end)."""
+    storage = root.storage
     try:
-        target = report_target(storage, path, when)
+        target = report_target(root, when)
         report.report_path = storage.url(target)
         storage.write_bytes(target, (json.dumps(report.to_json(), indent=2) + "\n").encode())
-        audit.append_record(
-            storage,
-            path,
-            {
-                "time": report.ended,
-                **actor(),
-                "action": "recover",
-                "outcome": report.outcome,
-                "reason": report.reason,
-                "report": report.report_path,
-                "job": report.attempts[-1].job if report.attempts else None,
-                "ckptctl_version": __version__,
-            },
+        audit.write(
+            root,
+            audit.Recovery(
+                who=audit.Who.now(lambda: when),
+                outcome=report.outcome,
+                reason=report.reason,
+                report=report.report_path,
+                job=report.last_job(),
+            ),
         )
     except StorageError as e:
         report.warnings.append(f"could not write the recovery report: {e.message}")
         report.report_path = None
 
+
+def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
+    """Hosts a drain command was run for, successfully."""
+    return [h for d in records if d.executed and d.ok for h in d.command.hosts]
+
+
+def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs: Sequence[str]) -> dict[str, Any]:
+    """The report's ``incident`` (``core.incidents``); ``marks``: when each stage was reached.
+
+    The failure time is the newest ``--logs`` file's modification time (none for stdin).
+    """
+    mtimes = []
+    for p in logs:
+        try:
+            mtimes.append(os.stat(p).st_mtime)
+        except OSError:
+            continue
+    failure = datetime.fromtimestamp(max(mtimes), timezone.utc) if mtimes else None
+    crash_step = None
+    for a in report.attempts[:1]:
+        base = (a.watch or {}).get("baseline") or {}
+        crash_step = base.get("last_step") if isinstance(base.get("last_step"), int) else None
+    first = report.attempts[0].attempt if report.attempts else None
+    return incidents.build_incident(
+        outcome=report.outcome,
+        category=report.classify.category if report.classify else None,
+        failure_time=failure,
+        detected=marks["detected"],
+        drained=marks.get("drained"),
+        capacity=marks.get("capacity"),
+        relaunched=marks.get("relaunched"),
+        first_step=marks.get("first_step"),
+        crash_step=crash_step,
+        checkpoint_step=first.checkpoint_step if first else None,
+        verdicts=[a.attempt.watch_verdict for a in report.attempts],
+        drained_hosts=drained_hosts(report.drain),
+        job_id=(report.last_job() or {}).get("job_id"),
+    )

@@ -1,4 +1,4 @@
-"""The steps of ``recover`` that talk to the outside: drain, capacity, the loss watch.
+"""The steps of ``recover`` that talk to the outside: drain, capacity, the loss watch, fallback.
 
 ``ckptctl.ops.recover`` walks the plan and calls these; each records what it did
 in the report through the ``Narrator`` it is given.
@@ -14,11 +14,18 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
+from ckptctl.core.launch_plan import CapacityDecision
 from ckptctl.errors import CkptctlError
+from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
+from ckptctl.runroot.lock import HeldLock
+from ckptctl.runroot.root import RunRoot
+
+if TYPE_CHECKING:
+    from ckptctl.ops.rollback import RollbackResult
 
 #: What the slurm backend asks when no ``recover.hosts_command`` is set (``slurm.usable_hosts``).
 SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
@@ -27,25 +34,26 @@ SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
 class Narrator(Protocol):
     """What a step needs from the recovery: the report and a timeline."""
 
-    report: Any
+    report: RecoveryReport
 
     def log(self, stage: str, message: str, **data: Any) -> None: ...
 
 
-def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> dict[str, Any]:
+def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
+    """Run one drain command to the end (bounded by ``timeout_s``); how it went."""
     try:
         proc = subprocess.run(list(cmd.argv), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
-        return {**cmd.to_json(), "executed": True, "ok": False, "error": f"{cmd.argv[0]}: command not found"}
+        return DrainRecord(command=cmd, executed=True, ok=False, error=f"{cmd.argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return {**cmd.to_json(), "executed": True, "ok": False, "error": f"timed out after {timeout_s:.0f} s"}
-    return {
-        **cmd.to_json(),
-        "executed": True,
-        "ok": proc.returncode == 0,
-        "returncode": proc.returncode,
-        "output": (proc.stdout + proc.stderr).strip()[-2000:],
-    }
+        return DrainRecord(command=cmd, executed=True, ok=False, error=f"timed out after {timeout_s:.0f} s")
+    return DrainRecord(
+        command=cmd,
+        executed=True,
+        ok=proc.returncode == 0,
+        returncode=proc.returncode,
+        output=(proc.stdout + proc.stderr).strip()[-2000:],
+    )
 
 
 def query_hosts(argv: Sequence[str], timeout_s: float = 60.0) -> list[str]:
@@ -76,7 +84,7 @@ def await_capacity(
     dry_run: bool,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[Any, str | None]:
+) -> tuple[CapacityDecision | None, str | None]:
     """RB-7's capacity check: (the decision, None) to go on, or (decision, why) to stop.
 
     With ``min_nodes_policy: wait`` and a ``hosts_command``, asks again every
@@ -97,7 +105,7 @@ def await_capacity(
             try:
                 hosts: list[str] | None = query_hosts(command)
             except RuntimeError as e:
-                rec.report.capacity = {"hosts_command": list(command), "checks": checks, "error": str(e)}
+                rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=str(e))
                 return None, f"capacity check failed: {e}"
         elif use_slurm:
             # The slurm backend asks Slurm itself (sinfo) when no hosts_command is set.
@@ -106,18 +114,15 @@ def await_capacity(
             try:
                 hosts = slurm.usable_hosts()
             except slurm.SlurmError as e:
-                rec.report.capacity = {"hosts_command": list(asked), "checks": checks, "error": e.message}
+                rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=e.message)
                 return None, f"capacity check failed: {e.message}"
         else:
             hosts = list(lc.hosts) if lc.hosts else None
         decision = plan_capacity(lc.min_nodes, lc.max_nodes, hosts, excluded, rc.min_nodes_policy)
         waited = clock() - start
-        rec.report.capacity = {
-            **decision.to_json(),
-            "hosts_command": list(asked) if asked else None,
-            "checks": checks,
-            "waited_s": round(waited, 3),
-        }
+        rec.report.capacity = CapacityRecord(
+            decision=decision, hosts_command=asked or None, checks=checks, waited_s=round(waited, 3)
+        )
         rec.log("capacity", decision.reason)
         if decision.should_launch:
             return decision, None
@@ -187,3 +192,47 @@ def read_lines(path: str | None) -> list[str]:
         return Path(path).read_text("utf-8", errors="replace").splitlines()
     except OSError:
         return []
+
+
+# -- fallback ---------------------------------------------------------------------------------
+
+
+def quarantine_bad_resume(
+    rec: Narrator, record: AttemptRecord, root: RunRoot, step: int | None, verdict: str, *, held: HeldLock | None, deep: bool
+) -> str | None:
+    """Fallback after a bad resume from ``step``: quarantine every complete checkpoint the bad
+    attempt wrote (regular saves and the emergency checkpoint of its stop), newest first,
+    then the checkpoint it resumed from. Returns the reason to stop when a rollback is refused.
+
+    The checkpoint at ``step`` was the newest complete one when the attempt started and
+    the attempt has ended (the backends wait for it), so every complete checkpoint at a
+    later step now was written by it and carries the same bad state.
+    """
+    from ckptctl.ops.checkpoints import find_latest_complete
+    from ckptctl.ops.rollback import rollback
+
+    why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
+    if step is not None:
+        seen: set[str] = set()
+        while True:
+            newest = find_latest_complete(root, deep=deep).checkpoint
+            if newest is None or newest.step is None or newest.step <= step or newest.path in seen:
+                break
+            seen.add(newest.path)
+            rb = rollback(root, step=newest.step, reason=f"{why}; saved by that run", deep=deep, held_lock=held)
+            if not record_rollback(rec, record, rb, "saved by the bad run"):
+                return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
+    rb = rollback(root, step=step, reason=why, deep=deep, held_lock=held)
+    if not record_rollback(rec, record, rb, "resumed from"):
+        return f"cannot fall back: {rb.refusal.message if rb.refusal else 'refused'}"
+    return None
+
+
+def record_rollback(rec: Narrator, record: AttemptRecord, rb: RollbackResult, what: str) -> bool:
+    rec.report.rollbacks.append(rb)
+    if rb.refused or rb.plan is None:
+        return False
+    record.quarantined.append(rb.plan.source)
+    rec.report.locate_after = rb.locate
+    rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
+    return True

@@ -15,8 +15,9 @@ Order of a real run (``dry_run=False``)::
 The plan is made under the lock, so two rollbacks cannot both pick the same
 target. A dry run makes the same plan without the lock and changes nothing.
 
-For ``recover``: call ``rollback(root, held_lock=held)`` from inside your own
-``runroot.lock.hold(...)`` block to quarantine without taking the lock a second time.
+For ``recover``: call ``rollback(run_root, held_lock=held)`` from inside your own
+``runroot.lock.hold(...)`` block to quarantine without taking the lock a second time;
+``root`` may be the ``RunRoot`` already open (a URL is opened once here).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ckptctl.runroot.inspect import scan_root
 from ckptctl.runroot.locate import find_latest_complete
 from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.reports import CheckOptions, PointerHint, ProgressFn
-from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.root import RunRoot, as_run_root
 
 ROLLBACK = "rollback"
 UNDO = "undo"
@@ -101,7 +102,7 @@ def _stamp(now: datetime) -> str:
 
 
 def rollback(
-    root: str,
+    root: str | RunRoot,
     *,
     step: int | None = None,
     reason: str | None = None,
@@ -141,7 +142,7 @@ def rollback(
 
 
 def undo(
-    root: str,
+    root: str | RunRoot,
     *,
     step: int | None = None,
     reason: str | None = None,
@@ -185,7 +186,7 @@ Decide = Callable[[RootFacts, str, str], "RollbackPlan | Refusal"]
 
 def _run(
     operation: str,
-    root: str,
+    root: str | RunRoot,
     *,
     dry_run: bool,
     held_lock: HeldLock | None,
@@ -194,7 +195,7 @@ def _run(
     decide: Decide,
     progress: ProgressFn,
 ) -> RollbackResult:
-    rr = RunRoot.open(root)
+    rr = as_run_root(root)
     url = rr.url
     result = RollbackResult(operation=operation, root=url, dry_run=dry_run, audit_log=audit.log_url(rr))
 
@@ -299,6 +300,6 @@ def _path(url: str, name: str | None) -> str | None:
     return f"{url.rstrip('/')}/{name}" if name else None
 
 
-def read_audit(root: str) -> AuditLog:
+def read_audit(root: str | RunRoot) -> AuditLog:
     """The run root's audit log, oldest record first (empty when there is none)."""
-    return audit.read(RunRoot.open(root))
+    return audit.read(as_run_root(root))

@@ -13,14 +13,17 @@ import json
 import os
 from typing import Any
 
-from ckptctl.adapters import audit
-from ckptctl.adapters.storage import Storage
+from ckptctl.adapters.audit import current_actor
 from ckptctl.core.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_effects import JOB_FILE
+from ckptctl.runroot import audit
+from ckptctl.runroot.root import RunRoot, as_run_root
 
 
-def _read_json(storage: Storage, path: str) -> dict[str, Any] | None:
+def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:
+    """``<root>/.ckptctl/<name>`` as a JSON object; None when missing or unreadable."""
+    storage, path = root.storage, audit.state_path(root, name)
     try:
         if storage.info(path) is None:
             return None
@@ -30,15 +33,15 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _reports(storage: Storage, root: str) -> list[dict[str, Any]]:
+def _reports(root: RunRoot) -> list[dict[str, Any]]:
     """Every recovery report the audit log names, oldest first."""
     out = []
-    for rec in audit.read_log(storage, root).records:
+    for rec in audit.read(root).records:
         if rec.get("action") != "recover" or not isinstance(rec.get("report"), str):
             continue
         url = rec["report"]
         name = url.rstrip("/").rsplit("/", 1)[-1]
-        doc = _read_json(storage, storage.join(audit.state_dir(storage, root), name))
+        doc = _read_json(root, name)
         if doc is not None:
             out.append(doc)
     return out
@@ -55,7 +58,7 @@ def _job_now(job: dict[str, Any]) -> dict[str, Any]:
             return {"job_id": job_id, "state": "UNKNOWN", "error": e.message}
     if backend == "local" and job_id.isdigit():
         owner = job.get("owner") or {}
-        if owner.get("host") not in (None, audit.current_actor().host):
+        if owner.get("host") not in (None, current_actor().host):
             return {"job_id": job_id, "state": "UNKNOWN", "error": f"started on {owner.get('host')}, not this host"}
         try:
             os.kill(int(job_id), 0)
@@ -68,17 +71,17 @@ def _job_now(job: dict[str, Any]) -> dict[str, Any]:
     return {"job_id": job_id or None, "state": "UNKNOWN"}
 
 
-def run_status(root: str) -> dict[str, Any]:
-    storage, path = Storage.open_directory(root)
-    job = _read_json(storage, storage.join(audit.state_dir(storage, path), JOB_FILE))
-    reports = _reports(storage, path)
+def run_status(root: str | RunRoot) -> dict[str, Any]:
+    rr = as_run_root(root)
+    job = _read_json(rr, JOB_FILE)
+    reports = _reports(rr)
     last = reports[-1] if reports else None
     verdict = None
     if last and last.get("attempts"):
         verdict = last["attempts"][-1].get("watch_verdict")
     return {
         "schema": "ckptctl.status/1",
-        "root": storage.url(path),
+        "root": rr.url,
         "job": None if job is None else {**job, "now": _job_now(job)},
         "last_recovery": None
         if last is None
@@ -92,7 +95,7 @@ def run_status(root: str) -> dict[str, Any]:
     }
 
 
-def run_incidents(root: str) -> dict[str, Any]:
-    storage, path = Storage.open_directory(root)
-    records = [r["incident"] for r in _reports(storage, path) if isinstance(r.get("incident"), dict)]
-    return {"schema": "ckptctl.incidents/1", "root": storage.url(path), **summarize_incidents(records)}
+def run_incidents(root: str | RunRoot) -> dict[str, Any]:
+    rr = as_run_root(root)
+    records = [r["incident"] for r in _reports(rr) if isinstance(r.get("incident"), dict)]
+    return {"schema": "ckptctl.incidents/1", "root": rr.url, **summarize_incidents(records)}

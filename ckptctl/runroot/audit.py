@@ -12,8 +12,9 @@ JSON keys, which are a contract: add, never rename (schema: docs/rollback.md,
 | ``break-lock`` | ``BreakLock`` | ``runroot.lock.hold`` |
 | ``retention-delete`` | ``StepRemoved`` | ``runroot.mutate.hide`` (training retention) |
 | ``supersede`` | ``StepSuperseded`` | ``runroot.mutate.supersede`` (training save) |
-| ``drain`` | ``Drain`` | ``recover`` |
-| ``recover`` | ``Recovery`` | ``recover`` |
+| ``drain`` | ``Drain`` | ``recover`` (``--execute-drain``) |
+| ``launch`` | ``Launch`` | ``recover`` (the job exists: its backend and id) |
+| ``recover`` | ``Recovery`` | ``recover`` (it ended; the report's URL) |
 
 Records of changes to step directories (the first four rows) also carry
 ``outcome`` (``done`` | ``failed``) and, when failed, ``error``, added by ``write``.
@@ -33,7 +34,7 @@ from ckptctl.core.rollback import AuditRecord
 from ckptctl.runroot.root import RunRoot
 
 AuditAction = Literal[
-    "quarantine", "restore", "break-lock", "retention-delete", "supersede", "drain", "recover"
+    "quarantine", "restore", "break-lock", "retention-delete", "supersede", "drain", "launch", "recover"
 ]
 ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
 Outcome = Literal["done", "failed"]
@@ -175,6 +176,38 @@ class Drain:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Launch:
+    """``recover`` started a job through its backend (the job exists; who owns it is ``who``)."""
+
+    action: ClassVar[AuditAction] = "launch"
+    who: Who
+    backend: str
+    """``local`` | ``slurm``."""
+    job_id: str
+    """Slurm's job id, or the local torchrun's pid."""
+    script: str | None
+    """The batch script submitted (slurm), else None."""
+    detached: bool
+    started: str
+    resume_from: str | None
+    log: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.who.head(),
+            "action": self.action,
+            "backend": self.backend,
+            "job_id": self.job_id,
+            "script": self.script,
+            "detached": self.detached,
+            "started": self.started,
+            "resume_from": self.resume_from,
+            "log": self.log,
+            "ckptctl_version": self.who.ckptctl_version,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Recovery:
     """``recover`` finished (its outcome, not the append's) and wrote its report."""
 
@@ -184,6 +217,8 @@ class Recovery:
     reason: str | None
     report: str | None
     """URL of the recovery report."""
+    job: dict[str, Any] | None = None
+    """The last attempt's job as the backend recorded it (``{backend, job_id, script, state, still_running}``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,11 +227,12 @@ class Recovery:
             "outcome": self.outcome,
             "reason": self.reason,
             "report": self.report,
+            "job": self.job,
             "ckptctl_version": self.who.ckptctl_version,
         }
 
 
-AuditEntry = AuditRecord | BreakLock | StepRemoved | StepSuperseded | Drain | Recovery
+AuditEntry = AuditRecord | BreakLock | StepRemoved | StepSuperseded | Drain | Launch | Recovery
 _STEP_CHANGES = (AuditRecord, BreakLock, StepRemoved, StepSuperseded)
 
 
@@ -230,6 +266,11 @@ def write(
 def read(root: RunRoot) -> AuditLog:
     """The root's audit log, oldest record first (records as written, any version)."""
     return log_file.read_log(root.storage, root.path)
+
+
+def state_path(root: RunRoot, name: str) -> str:
+    """Path (inside the storage) of ``name`` in the root's ``.ckptctl/`` folder (reports, ``job.json``)."""
+    return root.storage.join(log_file.state_dir(root.storage, root.path), name)
 
 
 def log_url(root: RunRoot) -> str:
