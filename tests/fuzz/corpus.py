@@ -34,7 +34,7 @@ class Case:
 
 
 def write_small_checkpoint(path: Path) -> Path:
-    """A real single-process DCP checkpoint: two tensors, an int and a dict (about 7 KiB)."""
+    """A real single-process DCP checkpoint: two tensors, an int and an optimizer dict (about 7 KiB)."""
     import warnings
 
     import torch
@@ -45,7 +45,7 @@ def write_small_checkpoint(path: Path) -> Path:
         "w": torch.arange(12, dtype=torch.float32).reshape(3, 4),
         "b": torch.ones(5, dtype=torch.bfloat16),
         "step": 7,
-        "extra": {"lr": 0.1},
+        "optimizer": {"lr": 0.1},  # optimizer state: a resume point, not a model-only export
     }
     dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(path)))
     return path

@@ -239,7 +239,7 @@ _LOAD = textwrap.dedent("""
     warnings.filterwarnings("ignore")
     for path in sys.argv[1:]:
         sd = {"w": torch.empty(3, 4), "b": torch.empty(5, dtype=torch.bfloat16), "step": 0,
-              "extra": {"lr": 0.0}}
+              "optimizer": {"lr": 0.0}}
         try:
             # partial: a mutant without some key is still a readable checkpoint (not ours to judge)
             dcp.load(sd, checkpoint_id=path, planner=DefaultLoadPlanner(allow_partial_load=True))
