@@ -128,6 +128,19 @@ def test_insufficient_data_is_resumed_not_verified(tmp_path: Path, golden: dict[
     assert att["exit_code"] == 0 and att["watch_verdict"] == "insufficient-data"
     assert att["watch"]["verdict"] == "insufficient-data" and "schema" in att["watch"]  # the watch's JSON, whole
     assert doc["incident"]["verdicts"] == ["insufficient-data"]
+    # RB-7's last check rides along: the run root's cadence, measured read-only at the end
+    assert doc["cadence"]["schema"] and doc["cadence"]["num_checkpoints"] >= 1, doc["cadence"]
+
+
+@pytest.mark.slow
+def test_a_short_run_that_ended_is_judged_on_its_whole_log(tmp_path: Path, golden: dict[int, Path]) -> None:
+    """Eight steps after the resume, fewer than `watch_steps`, but the job ended: its log is whole,
+    so the watch decides on what it has instead of waiting for points that will never come."""
+    s = golden_scene(tmp_path, golden, "--steps", "38")
+    code, doc, err = recover_json("--config", str(s.config), "--no-logs", "--baseline", "baseline.log", cwd=s.dir)
+    (att,) = doc["attempts"]
+    assert att["exit_code"] == 0 and att["watch_verdict"] == "continuous", (att["watch"], err[-3000:])
+    assert code == 0 and doc["outcome"] == "recovered"
 
 
 @pytest.mark.slow

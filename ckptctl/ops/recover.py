@@ -216,6 +216,7 @@ def recover(
             ended = now()
             report.ended = iso(ended)
             report.incident = incident_record(report, rec.marks, logs)
+            report.cadence = steps.cadence_section(rr.url)
             if not dry_run:
                 write_report(rr, report, ended)
     return report
@@ -312,7 +313,7 @@ def _walk(
         report.launch_plan = LaunchRecord(plan=lplan)
 
         attempt_no = len(history) + 1
-        watcher, watch_state = steps.make_watcher(config, ckpt.step, baseline_lines)
+        watcher, watch_state = steps.make_watcher(config, ckpt.step, baseline_lines, ckpt.tokens_seen)
         if not effects.dry:
             rec.log("launch", f"attempt {attempt_no}/{max_attempts}: " + shlex.join(lplan.argv))
             rec.mark("relaunched")
@@ -333,7 +334,8 @@ def _walk(
             rec.marks.setdefault("first_step", watch_state["first_step_at"])
         verdict = watch_state.get("verdict")
         if verdict is None and watcher is not None:
-            final = watcher.result()
+            # a job that ended left a complete log: its last record counts and a short run may decide
+            final = watcher.result(final=not run.still_running)
             verdict = final.verdict
             watch_state["result"] = final.to_json()
         attempt = core.Attempt(

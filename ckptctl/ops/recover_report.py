@@ -210,6 +210,8 @@ class RecoveryReport:
     """What ``locate`` returns after this recovery's quarantines (None: nothing was quarantined)."""
     incident: dict[str, Any] | None = None
     """The incident ledger entry (``core.incidents``): times, steps recomputed, verdicts, hosts."""
+    cadence: dict[str, Any] | None = None
+    """``ckptctl cadence`` of the run root at the end: save cost, interval, MTBF, Young/Daly optimum."""
 
     def last_job(self) -> dict[str, Any] | None:
         """The last attempt's job (JSON), if any."""
@@ -251,6 +253,7 @@ class RecoveryReport:
             "job": self.last_job(),
             "incident": self.incident,
             "locate_after": self.locate_after,
+            "cadence": self.cadence,
         }
 
 

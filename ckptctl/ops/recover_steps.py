@@ -150,8 +150,14 @@ def await_capacity(
 
 
 
-def make_watcher(config: CkptctlConfig, resume_step: int | None, baseline_lines: list[str]) -> tuple[Any, dict[str, Any]]:
-    """A LossWatcher for one attempt, or None when there is no pre-failure loss to compare."""
+def make_watcher(
+    config: CkptctlConfig, resume_step: int | None, baseline_lines: list[str], checkpoint_tokens: int | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """A LossWatcher for one attempt, or None when there is no pre-failure loss to compare.
+
+    ``checkpoint_tokens``: the tokens seen recorded in the checkpoint's manifest; the watch
+    checks that the resumed run's counter continues from it (RB-7: tokens seen consistent).
+    """
     from ckptctl.ops.watch import LossWatcher, make_config
 
     state: dict[str, Any] = {"lock": threading.Lock()}
@@ -159,7 +165,10 @@ def make_watcher(config: CkptctlConfig, resume_step: int | None, baseline_lines:
     fields.setdefault("num_steps", config.recover.watch_steps)
     try:
         cfg = make_config(**fields)
-        watcher = LossWatcher(resume_step=resume_step, config=cfg, baseline_lines=baseline_lines or None)
+        watcher = LossWatcher(
+            resume_step=resume_step, config=cfg, baseline_lines=baseline_lines or None,
+            checkpoint_tokens=checkpoint_tokens,
+        )
     except CkptctlError as e:
         state["result"] = {"error": e.message}
         return None, state
@@ -236,3 +245,17 @@ def record_rollback(rec: Narrator, record: AttemptRecord, rb: RollbackResult, wh
     rec.report.locate_after = rb.locate
     rec.log("rollback", f"quarantined {rb.plan.source} ({what}); locate now returns {rb.locate}")
     return True
+
+
+def cadence_section(root_url: str) -> dict[str, Any]:
+    """RB-7's last check for the report: is the checkpoint interval still below the MTBF?
+
+    Read-only (``ckptctl cadence``); a root it cannot measure gives the reason, never
+    a failed recovery.
+    """
+    from ckptctl.ops.cadence import cadence
+
+    try:
+        return cadence(root_url).to_json()
+    except CkptctlError as e:
+        return {"error": e.message}
