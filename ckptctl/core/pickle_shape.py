@@ -102,44 +102,46 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     try:
         while pos < n:
             code = data[pos]
-            # the opcodes a genuine protocol-4 .metadata is mostly made of, inline
-            if code == 0x94:  # MEMOIZE
-                memoize(stack[-1])
-                pos += 1
-                continue
-            if code == 0x8C:  # SHORT_BINUNICODE
-                pos += 2 + data[pos + 1]
-                push(0)
-                continue
+            # The opcodes a genuine protocol-4 .metadata is mostly made of, inline, most
+            # frequent first; a MEMOIZE right after the opcode that made the value is taken
+            # in the same step (half of all opcodes are MEMOIZE). data[pos] past the end is
+            # an IndexError, reported below as "no STOP".
             if code == 0x68:  # BINGET
-                index = data[pos + 1]
-                push(memo[index] if index < len(memo) else 0)
+                push(memo[data[pos + 1]])
                 pos += 2
                 continue
-            if code == 0x6A:  # LONG_BINGET
-                index = _U4(data, pos + 1)[0]
-                push(memo[index] if index < len(memo) else 0)
-                pos += 5
-                continue
             if code == 0x85:  # TUPLE1
-                stack[-1] += 1
+                depth = stack[-1] + 1
+                stack[-1] = depth
+                if depth > max_nesting:
+                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
-                if stack[-1] > max_nesting:
-                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos - 1})")
+                if data[pos] == 0x94:
+                    memoize(depth)
+                    pos += 1
+                continue
+            if code == 0x6A:  # LONG_BINGET
+                push(memo[_U4(data, pos + 1)[0]])
+                pos += 5
                 continue
             if code == 0x28:  # MARK
                 marks.append(len(stack))
                 pos += 1
                 continue
-            if code == 0x29 or code == 0x7D or code == 0x4E:  # EMPTY_TUPLE, EMPTY_DICT, NONE
+            if code == 0x29:  # EMPTY_TUPLE
                 push(0)
                 pos += 1
                 continue
             if code == 0x81 or code == 0x52:  # NEWOBJ, REDUCE
                 depth = stack.pop()
-                if depth > stack[-1]:
+                if depth < stack[-1]:
+                    depth = stack[-1]
+                else:
                     stack[-1] = depth
                 pos += 1
+                if data[pos] == 0x94:
+                    memoize(depth)
+                    pos += 1
                 continue
             if code == 0x62:  # BUILD
                 depth = stack.pop() + 1
@@ -148,6 +150,13 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                     if depth > max_nesting:
                         raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
+                continue
+            if code == 0x7D or code == 0x5D:  # EMPTY_DICT, EMPTY_LIST
+                push(0)
+                pos += 1
+                if data[pos] == 0x94:
+                    memoize(0)
+                    pos += 1
                 continue
             if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS
                 start = marks.pop()
@@ -160,15 +169,26 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                             raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
                 continue
-            if code == 0x4D:  # BININT2
-                push(0)
-                pos += 3
+            if code == 0x94:  # MEMOIZE
+                memoize(stack[-1])
+                pos += 1
                 continue
             if code == 0x4B:  # BININT1
                 push(0)
                 pos += 2
                 continue
-            if code == 0x89 or code == 0x88 or code == 0x5D:  # NEWFALSE, NEWTRUE, EMPTY_LIST
+            if code == 0x8C:  # SHORT_BINUNICODE
+                pos += 2 + data[pos + 1]
+                push(0)
+                if pos < n and data[pos] == 0x94:
+                    memoize(0)
+                    pos += 1
+                continue
+            if code == 0x4D:  # BININT2
+                push(0)
+                pos += 3
+                continue
+            if code == 0x89 or code == 0x88 or code == 0x4E:  # NEWFALSE, NEWTRUE, NONE
                 push(0)
                 pos += 1
                 continue
@@ -269,6 +289,8 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     except (IndexError, struct.error, ValueError) as e:
         if isinstance(e, PickleShapeError):
             raise
+        if pos >= n:
+            raise PickleShapeError("truncated: no STOP opcode") from None
         raise PickleShapeError(f"malformed pickle near byte {pos}") from None
     raise PickleShapeError("truncated: no STOP opcode")
 
