@@ -106,19 +106,26 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
             # frequent first; a MEMOIZE right after the opcode that made the value is taken
             # in the same step (half of all opcodes are MEMOIZE). data[pos] past the end is
             # an IndexError, reported below as "no STOP".
-            if code == 0x68:  # BINGET
+            if code == 0x68:  # BINGET (often two in a row)
                 push(memo[data[pos + 1]])
                 pos += 2
+                if data[pos] == 0x68:
+                    push(memo[data[pos + 1]])
+                    pos += 2
                 continue
-            if code == 0x85:  # TUPLE1
-                depth = stack[-1] + 1
-                stack[-1] = depth
-                if depth > max_nesting:
-                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
-                pos += 1
-                if data[pos] == 0x94:
-                    memoize(depth)
+            if code == 0x85:  # TUPLE1, each often memoized, often several in a row
+                depth = stack[-1]
+                while True:
+                    depth += 1
                     pos += 1
+                    if data[pos] == 0x94:
+                        memoize(depth)
+                        pos += 1
+                    if data[pos] != 0x85:
+                        break
+                if depth > max_nesting:
+                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos - 1})")
+                stack[-1] = depth
                 continue
             if code == 0x6A:  # LONG_BINGET
                 push(memo[_U4(data, pos + 1)[0]])
@@ -129,8 +136,16 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 pos += 1
                 continue
             if code == 0x29:  # EMPTY_TUPLE
-                push(0)
                 pos += 1
+                if data[pos] == 0x81:  # NEWOBJ(cls, ()): the class's slot becomes the object
+                    if not stack:
+                        raise IndexError
+                    pos += 1
+                    if data[pos] == 0x94:
+                        memoize(stack[-1])
+                        pos += 1
+                    continue
+                push(0)
                 continue
             if code == 0x81 or code == 0x52:  # NEWOBJ, REDUCE
                 depth = stack.pop()
@@ -151,14 +166,17 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                         raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
                 continue
-            if code == 0x7D or code == 0x5D:  # EMPTY_DICT, EMPTY_LIST
+            if code == 0x7D or code == 0x5D:  # EMPTY_DICT, EMPTY_LIST (then its items, after a MARK)
                 push(0)
                 pos += 1
                 if data[pos] == 0x94:
                     memoize(0)
                     pos += 1
+                if data[pos] == 0x28:
+                    marks.append(len(stack))
+                    pos += 1
                 continue
-            if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS
+            if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS (a state dict is then BUILT)
                 start = marks.pop()
                 if start < len(stack):
                     depth = max(stack[start:]) + 1
@@ -168,6 +186,13 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                         if depth > max_nesting:
                             raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
+                if data[pos] == 0x62:  # BUILD
+                    depth = stack.pop() + 1
+                    if depth > stack[-1]:
+                        stack[-1] = depth
+                        if depth > max_nesting:
+                            raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                    pos += 1
                 continue
             if code == 0x94:  # MEMOIZE
                 memoize(stack[-1])
