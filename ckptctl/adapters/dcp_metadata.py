@@ -160,12 +160,6 @@ class _MemFormat(metaclass=_Sealed):
         self.value = value
 
 
-def _size(*args: Any) -> tuple[int, ...]:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        return tuple(args[0])
-    return tuple(args)
-
-
 def _layout(name: Any) -> str:
     return str(name)
 
@@ -193,7 +187,9 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     (_DCP, "_MEM_FORMAT_ENCODING"): _MemFormat,
     (_SHARD, "MEM_FORMAT_ENCODING"): _MemFormat,
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
-    ("torch", "Size"): _Callable(_size),
+    # torch pickles a Size as REDUCE(torch.Size, (tuple,)): the builtin tuple rebuilds it at C
+    # speed, and an immutable type cannot be changed by a BUILD (TypeError, like any malformed state)
+    ("torch", "Size"): tuple,
     ("torch.serialization", "_get_layout"): _Callable(_layout),
     # StorageMeta.checkpoint_id: the module depends on the Python that wrote it.
     ("pathlib", "PosixPath"): _Callable(_posix_path),
