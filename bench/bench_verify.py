@@ -85,7 +85,23 @@ def bench_quick_verify_vs_dcp_load(quick: bool) -> dict[str, float]:
     print(f"  ckptctl verify      {t_verify * 1000:8.1f} ms")
     print(f"  dcp.load            {t_load * 1000:8.1f} ms")
     print(f"  ratio (load/verify) {t_load / t_verify:8.1f}x   (target >= 100x)")
-    return {"quick_verify_s": t_verify, "dcp_load_s": t_load, "ratio": t_load / t_verify}
+    scan = bench_metadata_scan(path / ".metadata")
+    return {"quick_verify_s": t_verify, "dcp_load_s": t_load, "ratio": t_load / t_verify, **scan}
+
+
+def bench_metadata_scan(metadata: Path) -> dict[str, float]:
+    """The opcode pre-scan (core/pickle_shape.py) next to the restricted unpickling it guards."""
+    import io
+
+    from ckptctl.adapters.dcp_metadata import _RestrictedUnpickler
+    from ckptctl.core.pickle_shape import check_shape
+
+    data = metadata.read_bytes()
+    t_scan = _timeit(lambda: check_shape(data), repeat=15)
+    t_load = _timeit(lambda: _RestrictedUnpickler(io.BytesIO(data)).load(), repeat=15)
+    print(f"  .metadata ({len(data) / 1e3:.0f} kB): shape scan {t_scan * 1000:.2f} ms, "
+          f"restricted unpickle {t_load * 1000:.2f} ms ({t_scan / t_load:.1f}x)")
+    return {"metadata_scan_s": t_scan, "metadata_unpickle_s": t_load}
 
 
 def _drop_caches() -> bool:

@@ -87,6 +87,7 @@ _TABLE: list[tuple[int, int, int] | None] = [_OPS.get(i) for i in range(256)]
 _U4 = struct.Struct("<I").unpack_from
 _I4 = struct.Struct("<i").unpack_from
 _U8 = struct.Struct("<Q").unpack_from
+_U4_U4 = struct.Struct("<IxI").unpack_from  # two LONG_BINGET arguments, one opcode apart
 
 
 def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
@@ -106,6 +107,16 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
             # frequent first; a MEMOIZE right after the opcode that made the value is taken
             # in the same step (half of all opcodes are MEMOIZE). data[pos] past the end is
             # an IndexError, reported below as "no STOP".
+            if code == 0x6A:  # LONG_BINGET (often two in a row: one struct call for both)
+                if data[pos + 5] == 0x6A:
+                    first, second = _U4_U4(data, pos + 1)
+                    push(memo[first])
+                    push(memo[second])
+                    pos += 10
+                else:
+                    push(memo[_U4(data, pos + 1)[0]])
+                    pos += 5
+                continue
             if code == 0x68:  # BINGET (often two in a row)
                 push(memo[data[pos + 1]])
                 pos += 2
@@ -126,10 +137,6 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 if depth > max_nesting:
                     raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos - 1})")
                 stack[-1] = depth
-                continue
-            if code == 0x6A:  # LONG_BINGET
-                push(memo[_U4(data, pos + 1)[0]])
-                pos += 5
                 continue
             if code == 0x28:  # MARK
                 marks.append(len(stack))
