@@ -228,6 +228,26 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 push(0)
                 pos += 5
                 continue
+            if code == 0x61:  # APPEND
+                depth = stack.pop() + 1
+                if depth > stack[-1]:
+                    stack[-1] = depth
+                    if depth > max_nesting:
+                        raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                pos += 1
+                continue
+            if code == 0x74:  # TUPLE
+                start = marks.pop()
+                depth = max(stack[start:], default=-1) + 1
+                del stack[start:]
+                if depth > max_nesting:
+                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                push(depth)
+                pos += 1
+                if data[pos] == 0x94:
+                    memoize(depth)
+                    pos += 1
+                continue
             spec = table[code]
             if spec is None:
                 raise PickleShapeError(f"unknown opcode 0x{code:02x} at byte {pos}")
