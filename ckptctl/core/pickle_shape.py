@@ -101,7 +101,7 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     push = stack.append
     pos = 0
     try:
-        while pos < n:
+        while True:  # data[pos] past the end raises IndexError: "no STOP" below
             code = data[pos]
             # The opcodes a genuine protocol-4 .metadata is mostly made of, inline, most
             # frequent first; a MEMOIZE right after the opcode that made the value is taken
@@ -344,7 +344,6 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
         if pos >= n:
             raise PickleShapeError("truncated: no STOP opcode") from None
         raise PickleShapeError(f"malformed pickle near byte {pos}") from None
-    raise PickleShapeError("truncated: no STOP opcode")
 
 
 def _memo_index(data: bytes, at: int, layout: int, size: int) -> int:
