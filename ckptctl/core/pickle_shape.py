@@ -4,7 +4,9 @@ CPython's C unpickler trusts the numbers inside a pickle: ``LONG_BINPUT 2**28``
 in a 9-byte file resizes its memo to 4 GB, ``BINBYTES8`` allocates what it claims
 before finding the data missing, and a tuple nested 200,000 deep used as a dict key
 overflows the C stack while hashing (a segfault, not an exception). ``check_shape``
-walks the opcodes once, executing nothing, and refuses a pickle that:
+walks the opcodes once, executing nothing (string payloads skipped by their length, the
+opcodes of a genuine protocol-4 ``.metadata`` and their usual runs dispatched first), and
+refuses a pickle that:
 
 - claims an argument longer than the bytes left, or a memo index above the file size
   (so the memo, and every container, is bounded by the file size);
