@@ -122,7 +122,7 @@ def test_verify_exit_codes_and_json(run_root: Path) -> None:
     assert doc["checkpoints"][0]["status"] == "corrupt"
     assert any("CRC-32 mismatch" in p for p in doc["checkpoints"][0]["problems"])
     details = doc["checkpoints"][0]["problem_details"]
-    assert [d["code"] for d in details] == ["record-corrupt"] * len(details)
+    assert [d["code"] for d in details] == ["crc-mismatch"] * len(details)
     assert set(details[0]) >= {"code", "severity", "message"} and details[0]["severity"] == "corrupt"
     whole = run("verify", str(run_root), "--json")
     assert whole.returncode == 0 and json.loads(whole.stdout)["run_root"] is True

@@ -129,7 +129,7 @@ def test_hf_trainer_flipped_byte_needs_deep(written: dict[str, Path], tmp_path: 
     flip_bit(victim, _middle_of_largest_member(victim))
     assert _only(root, "checkpoint-4").status == "complete"  # sizes and tables are intact
     r = _only(root, "checkpoint-4", deep=True)
-    assert r.status == "corrupt" and codes(r) == {"record-corrupt"}
+    assert r.status == "corrupt" and codes(r) == {"crc-mismatch"}
     assert "CRC-32 mismatch" in r.problems[0]
     assert find_latest_complete(str(root), deep=True).checkpoint.name == "checkpoint-2"  # type: ignore[union-attr]
 

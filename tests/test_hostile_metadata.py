@@ -91,8 +91,52 @@ def test_truncated_directory_is_a_format_error() -> None:
     from ckptctl.core.records import RecordFormatError
 
     tail = b"PK\x01\x02" + b"\0" * 10 + b"PK\x05\x06" + b"\0" * 4 + b"\x01\x00\x01\x00" + b"\x0e\0\0\0" + b"\0" * 6
-    with pytest.raises(RecordFormatError):
+    with pytest.raises(RecordFormatError) as e:
         parse_directory(tail, len(tail))
+    assert e.value.code == "record-corrupt"  # a directory that lies about its size is damage
+
+
+@pytest.mark.parametrize(
+    ("tail", "code"),
+    [
+        (b"PK\x03\x04" + b"\x01" * 100 + b"\0" * 22, "record-truncated"),  # ends in zeros: cut short
+        (b"PK\x03\x04" + b"\0" * 10, "record-truncated"),  # fewer bytes than any archive
+        (b"PK\x03\x04" + b"\x01" * 100 + b"\0" * 21, "record-corrupt"),  # no end record, not zeros
+    ],
+)
+def test_missing_archive_end_is_typed(tail: bytes, code: str) -> None:
+    from ckptctl.core.records import RecordFormatError
+
+    with pytest.raises(RecordFormatError) as e:
+        parse_directory(tail, len(tail))
+    assert e.value.code == code, str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"", "empty"),
+        (b"\x80\x02Nr\xff\xff\xff\x0f.", "shape"),  # LONG_BINPUT past the file size
+        (b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00trueK\x01.", "hostile"),  # a foreign global
+        (b"\x80\x02ctorch.distributed.checkpoint.metadata\nMetadata\n.", "invalid"),  # a class, not an instance
+        (b"\x80\x02X\x01\x00\x00\x00aQ.", "malformed"),  # a persistent id
+    ],
+)
+def test_metadata_error_kind_is_typed(data: bytes, kind: str) -> None:
+    """Callers decide on ``MetadataError.kind`` (``hostile`` -> ``hostile-pickle``), never on the text."""
+    with pytest.raises(MetadataError) as e:
+        read_index(data)
+    assert e.value.kind == kind, str(e.value)
+    assert e.value.hostile == (kind == "hostile")
+
+
+def test_class_build_is_hostile_by_kind(real_step: Path) -> None:
+    """BUILD onto a class object (issue 9's cross-checkpoint poisoning) is refused as hostile."""
+    cls = b"ctorch.distributed.checkpoint.metadata\nChunkStorageMetadata\n"
+    data = b"\x80\x02" + cls + b"N}X\x0c\x00\x00\x00__setstate__Ns\x86b."
+    with pytest.raises(MetadataError) as e:
+        read_index(data)
+    assert e.value.kind == "hostile", str(e.value)
 
 
 def test_zstd_bomb_stops_at_the_cap() -> None:

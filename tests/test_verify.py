@@ -211,7 +211,7 @@ def test_bit_flip_needs_deep_without_manifest(run_root: Path) -> None:
     deep = verify_checkpoint(str(ckpt), deep=True)
     assert deep.status == "corrupt"
     assert any("CRC-32 mismatch" in p for p in deep.problems), deep.problems
-    assert codes(deep) == {"record-corrupt"}
+    assert codes(deep) == {"crc-mismatch"}
     loc = find_latest_complete(str(run_root), deep=True)
     assert loc.checkpoint is not None and loc.checkpoint.name == "step_20"
 
@@ -230,7 +230,7 @@ def test_bit_flip_with_manifest_is_caught_by_both_checks(run_root: Path) -> None
     assert deep.status == "corrupt"
     assert any("CRC-32 mismatch" in p for p in deep.problems)
     assert any(p.startswith("checksum mismatch: " + shard) for p in deep.problems), deep.problems
-    assert codes(deep) == {"record-corrupt", "checksum-mismatch"}
+    assert codes(deep) == {"crc-mismatch", "checksum-mismatch"}
 
 
 def test_manifest_checksum_catches_a_flip_outside_records(run_root: Path) -> None:
@@ -278,8 +278,61 @@ def test_hostile_byte_record_is_found_by_deep_scan(golden: dict[int, Path], tmp_
     r = verify_checkpoint(str(path), deep=True)
     assert r.status == "corrupt"
     assert any("posix.system" in p and "extra.evil" in p for p in r.problems), r.problems
-    assert "hostile-pickle" in codes(r)
+    assert codes(r) == {"hostile-pickle"}  # the record is intact: only its pickle is refused
     assert not (golden[2] / "PWNED").exists()
+
+
+def _largest_tensor_record(ckpt: Path) -> tuple[str, int, int]:
+    """(shard, offset, length) of the largest tensor record of a real checkpoint."""
+    from ckptctl.adapters.dcp_metadata import read_index
+
+    idx = read_index((ckpt / ".metadata").read_bytes())
+    item = max((i for i in idx.items if i.chunk_offsets is not None), key=lambda i: i.length)
+    return item.relative_path, item.offset, item.length
+
+
+def test_record_cut_short_is_record_truncated(run_root: Path) -> None:
+    """The shard keeps its size but a record's second half never reached the disk (zeros),
+    as after a crash where the file size was committed before the data."""
+    ckpt = run_root / "step_30"
+    shard, offset, length = _largest_tensor_record(ckpt)
+    with open(ckpt / shard, "r+b") as f:
+        f.seek(offset + length // 2)
+        f.write(bytes(length - length // 2))
+    assert verify_checkpoint(str(ckpt)).status == "complete"  # every size still fits
+    deep = verify_checkpoint(str(ckpt), deep=True)
+    assert deep.status == "corrupt"
+    assert codes(deep) == {"record-truncated"}, deep.problems
+    assert any("cut short" in p and f"@{offset}" in p for p in deep.problems), deep.problems
+
+
+def test_damage_kinds_get_their_own_codes_in_one_report(run_root: Path) -> None:
+    """A flipped bit in one record, another record cut short: each keeps its own code."""
+    ckpt = run_root / "step_30"
+    shard, offset, length = _largest_tensor_record(ckpt)
+    with open(ckpt / shard, "r+b") as f:
+        f.seek(offset + length // 2)
+        f.write(bytes(length - length // 2))
+    other = "__1_0.distcp" if shard == "__0_0.distcp" else "__0_0.distcp"
+    flip_shard, flip_at = tensor_data_offset(ckpt, other)
+    flip_bit(ckpt / flip_shard, flip_at)
+    deep = verify_checkpoint(str(ckpt), deep=True)
+    assert codes(deep) == {"record-truncated", "crc-mismatch"}, deep.problems
+    by_code = {d.code: d.message for d in deep.problem_details}
+    assert by_code["crc-mismatch"].startswith(flip_shard) and "CRC-32 mismatch" in by_code["crc-mismatch"]
+    assert by_code["record-truncated"].startswith(shard)
+
+
+def test_record_directory_damage_is_record_corrupt(run_root: Path) -> None:
+    """Garbage (not zeros) where a record's zip directory belongs: damaged, not cut short."""
+    ckpt = run_root / "step_30"
+    shard, offset, length = _largest_tensor_record(ckpt)
+    with open(ckpt / shard, "r+b") as f:
+        f.seek(offset + length - 200)
+        f.write(b"\xa5" * 200)
+    deep = verify_checkpoint(str(ckpt), deep=True)
+    assert deep.status == "corrupt"
+    assert codes(deep) == {"record-corrupt"}, deep.problems
 
 
 def test_relative_path_escaping_the_directory_is_corrupt(run_root: Path) -> None:

@@ -24,6 +24,7 @@ from ckptctl.core.crc import crc32_combine
 from ckptctl.core.pickle_walk import Opaque, PickleWalkError, walk
 from ckptctl.core.records import (
     TAIL_READ_BYTES,
+    HostileGlobal,
     Member,
     RecordFindings,
     RecordFormatError,
@@ -184,30 +185,30 @@ def _deep_members(
         pos = 0
         for m in sorted(members, key=lambda m: m.local_header_offset):
             if m.local_header_offset < pos:
-                findings.problems.append(f"member {m.name} overlaps the previous one")
+                findings.add(f"member {m.name} overlaps the previous one")
                 continue
             f.seek(m.local_header_offset)
             header = f.read(30)
             try:
                 start = data_offset(header, m)
             except RecordFormatError as e:
-                findings.problems.append(str(e))
+                findings.add_error(e)
                 continue
             f.seek(start)
             want_pkl = m.name.endswith("data.pkl")
             if m.method not in (0, 8):
-                findings.problems.append(f"member {m.name}: unsupported compression method {m.method}")
+                findings.add(f"member {m.name}: unsupported compression method {m.method}")
                 continue
             if m.method == 8 or want_pkl:
                 if m.compressed_size > MAX_PICKLE_BYTES:
-                    findings.problems.append(f"member {m.name}: {m.compressed_size} bytes, over the pickle cap")
+                    findings.add(f"member {m.name}: {m.compressed_size} bytes, over the pickle cap")
                     continue
                 raw = f.read(m.compressed_size)
                 res.bytes_read += len(raw)
                 try:
                     data = _inflate(raw) if m.method == 8 else raw
                 except zlib.error as e:
-                    findings.problems.append(f"member {m.name}: cannot inflate: {e}")
+                    findings.add(f"member {m.name}: cannot inflate: {e}")
                     continue
                 check_member_crc(m, fast_crc32(data, 0), findings)
                 if want_pkl:
@@ -224,13 +225,13 @@ def _deep_members(
                     left -= len(chunk)
                     res.bytes_read += len(chunk)
                 if left:
-                    findings.problems.append(f"member {m.name} runs past the end of the file")
+                    findings.add(f"member {m.name} runs past the end of the file", v.RECORD_TRUNCATED)
                     break
                 check_member_crc(m, crc, findings)
             pos = start + m.compressed_size
     res.members_checked += findings.members_checked
-    for msg in findings.problems:
-        res.corrupt(shown, msg, code=v.RECORD_CORRUPT)
+    for found in findings.problems:
+        res.corrupt(shown, found.message, code=found.code)
     hostile = [h for h in findings.hostile if not _trusted(h, allowed_modules)]
     for h in hostile[:5]:
         res.problems.append(v.Problem(v.CORRUPT, f"hostile pickle in {shown}: {h}", code=v.HOSTILE_PICKLE))
@@ -245,10 +246,8 @@ def _deep_members(
         res.notes.append(f"{shown}: {findings.members_without_crc} member(s) carry no CRC-32")
 
 
-def _trusted(finding: str, modules: tuple[str, ...]) -> bool:
-    # findings read "<member>: pickle references <module.name> (not allowed...)"
-    ref = finding.split("pickle references ", 1)[-1].split(" ", 1)[0]
-    return any(ref.startswith(m) for m in modules)
+def _trusted(finding: HostileGlobal, modules: tuple[str, ...]) -> bool:
+    return any(finding.name.startswith(m) for m in modules)
 
 
 def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[FileCheck, Any]:

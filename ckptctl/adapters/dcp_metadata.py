@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import pathlib
 import pickle
-from typing import Any
+from typing import Any, Literal
 
 from ckptctl.core.bounded_repr import bounded_repr as show
 from ckptctl.core.dcp import (
@@ -32,12 +32,25 @@ from ckptctl.core.pickle_shape import PickleShapeError, check_shape
 MAX_METADATA_BYTES = 512 << 20
 
 
-class MetadataError(ValueError):
-    """The bytes are not a readable, well-formed DCP ``.metadata``; the message says why."""
+#: Why a ``.metadata`` was refused, for decisions (never the message): ``hostile`` -- the
+#: pickle named a global outside the allow-list or tried to change a class or global;
+#: ``shape`` -- its opcodes claim more than the file holds or nest too deep; ``too-large``,
+#: ``empty``, ``truncated``; ``malformed`` -- any other unreadable pickle; ``invalid`` --
+#: it unpickled but is not an index DCP's loader accepts.
+MetadataErrorKind = Literal["hostile", "shape", "too-large", "empty", "truncated", "malformed", "invalid"]
 
-    def __init__(self, message: str, *, hostile: bool = False) -> None:
+
+class MetadataError(ValueError):
+    """The bytes are not a readable, well-formed DCP ``.metadata``; ``kind`` says what, the message why."""
+
+    def __init__(self, message: str, *, kind: MetadataErrorKind = "invalid") -> None:
         super().__init__(message)
-        self.hostile = hostile
+        self.kind: MetadataErrorKind = kind
+
+    @property
+    def hostile(self) -> bool:
+        """The pickle tried something no genuine ``.metadata`` does (never ran: it was refused)."""
+        return self.kind == "hostile"
 
 
 class _Refused(pickle.UnpicklingError):
@@ -147,12 +160,6 @@ class _MemFormat(metaclass=_Sealed):
         self.value = value
 
 
-def _size(*args: Any) -> tuple[int, ...]:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        return tuple(args[0])
-    return tuple(args)
-
-
 def _layout(name: Any) -> str:
     return str(name)
 
@@ -180,7 +187,9 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     (_DCP, "_MEM_FORMAT_ENCODING"): _MemFormat,
     (_SHARD, "MEM_FORMAT_ENCODING"): _MemFormat,
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
-    ("torch", "Size"): _Callable(_size),
+    # torch pickles a Size as REDUCE(torch.Size, (tuple,)): the builtin tuple rebuilds it at C
+    # speed, and an immutable type cannot be changed by a BUILD (TypeError, like any malformed state)
+    ("torch", "Size"): tuple,
     ("torch.serialization", "_get_layout"): _Callable(_layout),
     # StorageMeta.checkpoint_id: the module depends on the Python that wrote it.
     ("pathlib", "PosixPath"): _Callable(_posix_path),
@@ -230,23 +239,26 @@ def unpickle_metadata(data: bytes) -> Any:
     the C unpickler could allocate for them or overflow the C stack.
     """
     if not data:
-        raise MetadataError("empty file")
+        raise MetadataError("empty file", kind="empty")
     if len(data) > MAX_METADATA_BYTES:
-        raise MetadataError(f"{len(data)} bytes, over the {MAX_METADATA_BYTES >> 20} MiB limit for .metadata")
+        raise MetadataError(
+            f"{len(data)} bytes, over the {MAX_METADATA_BYTES >> 20} MiB limit for .metadata", kind="too-large"
+        )
     try:
         check_shape(data)
     except PickleShapeError as e:
-        raise MetadataError(f"not a DCP metadata pickle: {e}") from e
+        raise MetadataError(f"not a DCP metadata pickle: {e}", kind="shape") from e
     try:
         return _RestrictedUnpickler(io.BytesIO(data)).load()
+    except _Refused as e:
+        raise MetadataError(f"not a DCP metadata pickle: {show(str(e))}", kind="hostile") from e
     except pickle.UnpicklingError as e:
-        msg = str(e)
-        raise MetadataError(f"not a DCP metadata pickle: {show(msg)}", hostile=isinstance(e, _Refused)) from e
+        raise MetadataError(f"not a DCP metadata pickle: {show(str(e))}", kind="malformed") from e
     except EOFError as e:
-        raise MetadataError(f"truncated pickle ({e or 'ran out of input'})") from e
+        raise MetadataError(f"truncated pickle ({e or 'ran out of input'})", kind="truncated") from e
     except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError,
             RecursionError, MemoryError, UnicodeDecodeError) as e:  # fmt: skip
-        raise MetadataError(f"unreadable pickle: {type(e).__name__}: {show(str(e))}") from e
+        raise MetadataError(f"unreadable pickle: {type(e).__name__}: {show(str(e))}", kind="malformed") from e
 
 
 def _int(value: Any, what: str) -> int:

@@ -4,7 +4,9 @@ CPython's C unpickler trusts the numbers inside a pickle: ``LONG_BINPUT 2**28``
 in a 9-byte file resizes its memo to 4 GB, ``BINBYTES8`` allocates what it claims
 before finding the data missing, and a tuple nested 200,000 deep used as a dict key
 overflows the C stack while hashing (a segfault, not an exception). ``check_shape``
-walks the opcodes once, executing nothing, and refuses a pickle that:
+walks the opcodes once, executing nothing (string payloads skipped by their length, the
+opcodes of a genuine protocol-4 ``.metadata`` and their usual runs dispatched first), and
+refuses a pickle that:
 
 - claims an argument longer than the bytes left, or a memo index above the file size
   (so the memo, and every container, is bounded by the file size);
@@ -87,6 +89,7 @@ _TABLE: list[tuple[int, int, int] | None] = [_OPS.get(i) for i in range(256)]
 _U4 = struct.Struct("<I").unpack_from
 _I4 = struct.Struct("<i").unpack_from
 _U8 = struct.Struct("<Q").unpack_from
+_U4_U4 = struct.Struct("<IxI").unpack_from  # two LONG_BINGET arguments, one opcode apart
 
 
 def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
@@ -100,46 +103,69 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     push = stack.append
     pos = 0
     try:
-        while pos < n:
+        while True:  # data[pos] past the end raises IndexError: "no STOP" below
             code = data[pos]
-            # the opcodes a genuine protocol-4 .metadata is mostly made of, inline
-            if code == 0x94:  # MEMOIZE
-                memoize(stack[-1])
-                pos += 1
+            # The opcodes a genuine protocol-4 .metadata is mostly made of, inline, most
+            # frequent first; a MEMOIZE right after the opcode that made the value is taken
+            # in the same step (half of all opcodes are MEMOIZE). data[pos] past the end is
+            # an IndexError, reported below as "no STOP".
+            if code == 0x6A:  # LONG_BINGET (often two in a row: one struct call for both)
+                if data[pos + 5] == 0x6A:
+                    first, second = _U4_U4(data, pos + 1)
+                    push(memo[first])
+                    push(memo[second])
+                    pos += 10
+                else:
+                    push(memo[_U4(data, pos + 1)[0]])
+                    pos += 5
                 continue
-            if code == 0x8C:  # SHORT_BINUNICODE
-                pos += 2 + data[pos + 1]
-                push(0)
-                continue
-            if code == 0x68:  # BINGET
-                index = data[pos + 1]
-                push(memo[index] if index < len(memo) else 0)
+            if code == 0x68:  # BINGET (often two in a row)
+                push(memo[data[pos + 1]])
                 pos += 2
+                if data[pos] == 0x68:
+                    push(memo[data[pos + 1]])
+                    pos += 2
                 continue
-            if code == 0x6A:  # LONG_BINGET
-                index = _U4(data, pos + 1)[0]
-                push(memo[index] if index < len(memo) else 0)
-                pos += 5
-                continue
-            if code == 0x85:  # TUPLE1
-                stack[-1] += 1
-                pos += 1
-                if stack[-1] > max_nesting:
+            if code == 0x85:  # TUPLE1, each often memoized, often several in a row
+                depth = stack[-1]
+                while True:
+                    depth += 1
+                    pos += 1
+                    if data[pos] == 0x94:
+                        memoize(depth)
+                        pos += 1
+                    if data[pos] != 0x85:
+                        break
+                if depth > max_nesting:
                     raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos - 1})")
+                stack[-1] = depth
                 continue
             if code == 0x28:  # MARK
                 marks.append(len(stack))
                 pos += 1
                 continue
-            if code == 0x29 or code == 0x7D or code == 0x4E:  # EMPTY_TUPLE, EMPTY_DICT, NONE
-                push(0)
+            if code == 0x29:  # EMPTY_TUPLE
                 pos += 1
+                if data[pos] == 0x81:  # NEWOBJ(cls, ()): the class's slot becomes the object
+                    if not stack:
+                        raise IndexError
+                    pos += 1
+                    if data[pos] == 0x94:
+                        memoize(stack[-1])
+                        pos += 1
+                    continue
+                push(0)
                 continue
             if code == 0x81 or code == 0x52:  # NEWOBJ, REDUCE
                 depth = stack.pop()
-                if depth > stack[-1]:
+                if depth < stack[-1]:
+                    depth = stack[-1]
+                else:
                     stack[-1] = depth
                 pos += 1
+                if data[pos] == 0x94:
+                    memoize(depth)
+                    pos += 1
                 continue
             if code == 0x62:  # BUILD
                 depth = stack.pop() + 1
@@ -149,7 +175,17 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                         raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
                 continue
-            if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS
+            if code == 0x7D or code == 0x5D:  # EMPTY_DICT, EMPTY_LIST (then its items, after a MARK)
+                push(0)
+                pos += 1
+                if data[pos] == 0x94:
+                    memoize(0)
+                    pos += 1
+                if data[pos] == 0x28:
+                    marks.append(len(stack))
+                    pos += 1
+                continue
+            if code == 0x75 or code == 0x65:  # SETITEMS, APPENDS (a state dict is then BUILT)
                 start = marks.pop()
                 if start < len(stack):
                     depth = max(stack[start:]) + 1
@@ -159,22 +195,60 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                         if depth > max_nesting:
                             raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
                 pos += 1
+                if data[pos] == 0x62:  # BUILD
+                    depth = stack.pop() + 1
+                    if depth > stack[-1]:
+                        stack[-1] = depth
+                        if depth > max_nesting:
+                            raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                    pos += 1
                 continue
-            if code == 0x4D:  # BININT2
-                push(0)
-                pos += 3
+            if code == 0x94:  # MEMOIZE
+                memoize(stack[-1])
+                pos += 1
                 continue
             if code == 0x4B:  # BININT1
                 push(0)
                 pos += 2
                 continue
-            if code == 0x89 or code == 0x88 or code == 0x5D:  # NEWFALSE, NEWTRUE, EMPTY_LIST
+            if code == 0x8C:  # SHORT_BINUNICODE
+                pos += 2 + data[pos + 1]
+                push(0)
+                if pos < n and data[pos] == 0x94:
+                    memoize(0)
+                    pos += 1
+                continue
+            if code == 0x4D:  # BININT2
+                push(0)
+                pos += 3
+                continue
+            if code == 0x89 or code == 0x88 or code == 0x4E:  # NEWFALSE, NEWTRUE, NONE
                 push(0)
                 pos += 1
                 continue
             if code == 0x4A:  # BININT
                 push(0)
                 pos += 5
+                continue
+            if code == 0x61:  # APPEND
+                depth = stack.pop() + 1
+                if depth > stack[-1]:
+                    stack[-1] = depth
+                    if depth > max_nesting:
+                        raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                pos += 1
+                continue
+            if code == 0x74:  # TUPLE
+                start = marks.pop()
+                depth = max(stack[start:], default=-1) + 1
+                del stack[start:]
+                if depth > max_nesting:
+                    raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
+                push(depth)
+                pos += 1
+                if data[pos] == 0x94:
+                    memoize(depth)
+                    pos += 1
                 continue
             spec = table[code]
             if spec is None:
@@ -269,8 +343,9 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     except (IndexError, struct.error, ValueError) as e:
         if isinstance(e, PickleShapeError):
             raise
+        if pos >= n:
+            raise PickleShapeError("truncated: no STOP opcode") from None
         raise PickleShapeError(f"malformed pickle near byte {pos}") from None
-    raise PickleShapeError("truncated: no STOP opcode")
 
 
 def _memo_index(data: bytes, at: int, layout: int, size: int) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptctl.core.dcp import is_dtype_name
+from ckptctl.core.verify import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
@@ -94,7 +95,15 @@ class Member:
 
 
 class RecordFormatError(ValueError):
-    """The bytes are not a well-formed zip archive; the message says where."""
+    """The bytes are not a well-formed zip archive; the message says where, ``code`` what.
+
+    ``code`` is ``record-truncated`` where the archive's end is missing (its bytes were cut
+    short or never reached the disk), else ``record-corrupt``.
+    """
+
+    def __init__(self, message: str, *, code: ProblemCode = RECORD_CORRUPT) -> None:
+        super().__init__(message)
+        self.code: ProblemCode = code
 
 
 #: The most a compressed (deflate) member may inflate to, and by what ratio. torch.save
@@ -116,13 +125,23 @@ def parse_directory(tail: bytes, record_length: int) -> list[Member]:
     try:
         return _parse_directory(tail, record_length)
     except (struct.error, IndexError) as e:
-        raise RecordFormatError(f"truncated zip directory ({e})") from None
+        raise RecordFormatError(f"truncated zip directory ({e})", code=RECORD_TRUNCATED) from None
 
 
 def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
     tail_start = record_length - len(tail)
     pos = tail.rfind(_EOCD, max(0, len(tail) - 22 - 65535))
     if pos < 0 or len(tail) - pos < 22:
+        zeros = len(tail) - len(tail.rstrip(b"\0"))
+        if zeros >= 22 or len(tail) < 22:
+            # zeros where the archive's end belongs (a size committed before its data), or
+            # fewer bytes than the smallest archive: the record was cut short
+            raise RecordFormatError(
+                f"no zip end-of-central-directory record: the record is cut short (ends in {zeros} zero bytes)"
+                if zeros >= 22
+                else f"record of {len(tail)} bytes is shorter than any zip archive",
+                code=RECORD_TRUNCATED,
+            )
         raise RecordFormatError("no zip end-of-central-directory record (not a torch.save archive)")
     (_, _disk, _cd_disk, _n_disk, n_total, cd_size, cd_offset, _clen) = struct.unpack_from(
         "<IHHHHIIH", tail, pos
@@ -187,16 +206,51 @@ def data_offset(local_header: bytes, member: Member) -> int:
     return member.local_header_offset + 30 + nlen + xlen
 
 
+@dataclass(frozen=True, slots=True)
+class RecordProblem:
+    """One thing wrong with a record: a stable code (``core.verify.PROBLEM_CODES``) and a message."""
+
+    code: ProblemCode
+    """``crc-mismatch``, ``record-truncated`` or ``record-corrupt``."""
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class HostileGlobal:
+    """A global a record's pickle references outside the allow-list (``hostile-pickle``)."""
+
+    where: str
+    """The zip member holding the pickle."""
+    name: str
+    """``module.name``, or ``<...>`` when it cannot be resolved without running the pickle."""
+
+    @property
+    def message(self) -> str:
+        return f"{self.where}: pickle references {self.name} (not allowed: DCP would run it at load)"
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass(slots=True)
 class RecordFindings:
     """What a deep check of one record found."""
 
-    problems: list[str] = field(default_factory=list)
-    """Corruption (CRC mismatch, malformed zip)."""
-    hostile: list[str] = field(default_factory=list)
+    problems: list[RecordProblem] = field(default_factory=list)
+    """Damage: a member CRC-32 mismatch, a record cut short, a malformed zip or pickle."""
+    hostile: list[HostileGlobal] = field(default_factory=list)
     """Pickle globals outside the allow-list."""
     members_checked: int = 0
     members_without_crc: int = 0
+
+    def add(self, message: str, code: ProblemCode = RECORD_CORRUPT) -> None:
+        self.problems.append(RecordProblem(code, message))
+
+    def add_error(self, error: RecordFormatError, prefix: str = "") -> None:
+        self.problems.append(RecordProblem(error.code, f"{prefix}{error}"))
 
 
 def check_member_crc(member: Member, computed_crc: int, findings: RecordFindings) -> None:
@@ -207,9 +261,10 @@ def check_member_crc(member: Member, computed_crc: int, findings: RecordFindings
         return
     findings.members_checked += 1
     if computed_crc != member.crc32:
-        findings.problems.append(
+        findings.add(
             f"CRC-32 mismatch in record member {member.name}: "
-            f"recorded {member.crc32:08x}, computed {computed_crc:08x}"
+            f"recorded {member.crc32:08x}, computed {computed_crc:08x}",
+            CRC_MISMATCH,
         )
 
 
@@ -259,14 +314,12 @@ def scan_pickle(data: bytes, findings: RecordFindings, where: str, extra_allowed
     try:
         names = pickle_globals(data)
     except RecordFormatError as e:
-        findings.problems.append(f"{where}: {e}")
+        findings.add_error(e, f"{where}: ")
         return
     for full in names:
         module, _, name = full.rpartition(".")
         if full.startswith("<") or not is_allowed_global(module, name, extra_allowed):
-            findings.hostile.append(
-                f"{where}: pickle references {full} (not allowed: DCP would run it at load)"
-            )
+            findings.hostile.append(HostileGlobal(where, full))
 
 
 def inflate_capped(raw: bytes, declared_size: int) -> bytes:
@@ -299,19 +352,19 @@ def check_record(
     try:
         members = parse_directory(bytes(record[-TAIL_READ_BYTES:]), len(record))
     except RecordFormatError as e:
-        findings.problems.append(str(e))
+        findings.add_error(e)
         return findings, pieces
     if not any(m.name.endswith("data.pkl") for m in members):
-        findings.problems.append("record has no data.pkl member (not a torch.save archive)")
+        findings.add("record has no data.pkl member (not a torch.save archive)")
     for m in members:
         try:
             start = data_offset(bytes(record[m.local_header_offset : m.local_header_offset + 30]), m)
         except RecordFormatError as e:
-            findings.problems.append(str(e))
+            findings.add_error(e)
             continue
         end = start + m.compressed_size
         if end > len(record):
-            findings.problems.append(f"member {m.name} runs past the end of its record")
+            findings.add(f"member {m.name} runs past the end of its record", RECORD_TRUNCATED)
             continue
         raw = record[start:end]
         if m.method == 0:
@@ -320,10 +373,10 @@ def check_record(
             try:
                 data = inflate_capped(bytes(raw), m.size)
             except (zlib.error, RecordFormatError) as e:
-                findings.problems.append(f"member {m.name}: cannot inflate: {e}")
+                findings.add(f"member {m.name}: cannot inflate: {e}")
                 continue
         else:
-            findings.problems.append(f"member {m.name}: unsupported compression method {m.method}")
+            findings.add(f"member {m.name}: unsupported compression method {m.method}")
             continue
         crc = crc32(data, 0)
         check_member_crc(m, crc, findings)

@@ -65,6 +65,9 @@ ProblemCode = Literal[
     "tensors-lost",
     "required-missing",
     "not-checked",
+    # (--deep) record damage, finer than record-corrupt
+    "crc-mismatch",
+    "record-truncated",
 ]
 TEMP_DIR: ProblemCode = "temp-dir"
 """The directory name carries a temp marker: being written, or abandoned mid-save."""
@@ -113,8 +116,13 @@ MANIFEST_MISMATCH: ProblemCode = "manifest-mismatch"
 CHECKSUM_MISMATCH: ProblemCode = "checksum-mismatch"
 """(--deep) A file's CRC-32 differs from the manifest's."""
 RECORD_CORRUPT: ProblemCode = "record-corrupt"
-"""(--deep) A record is damaged: a member CRC-32 mismatch, a malformed or cut zip, an
-undecodable tensor, a writer extension that does not decode."""
+"""(--deep) A record is damaged otherwise: a malformed zip or pickle, an undecodable tensor,
+a writer extension that does not decode."""
+CRC_MISMATCH: ProblemCode = "crc-mismatch"
+"""(--deep) A record member's bytes do not match the CRC-32 its zip directory recorded."""
+RECORD_TRUNCATED: ProblemCode = "record-truncated"
+"""(--deep) A record is cut short: its zip end is missing (zeros or too few bytes), or a
+member runs past the end of the record or of the file."""
 NON_FINITE: ProblemCode = "non-finite"
 """(--check-finite) A tensor holds NaN or Inf."""
 

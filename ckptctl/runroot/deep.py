@@ -170,10 +170,10 @@ def _deep_file(
                         finite = _check_finite(bytes(plain), item)
                 res.members_checked += findings.members_checked
                 res.members_without_crc += findings.members_without_crc
-                for msg in findings.problems:
+                for found in findings.problems:
                     res.problems.append(
                         v.Problem(
-                            v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}", code=v.RECORD_CORRUPT
+                            v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {found.message}", code=found.code
                         )
                     )
                 if finite is not None:
@@ -181,7 +181,7 @@ def _deep_file(
                     res.problems.append(
                         v.Problem(v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}", code=code)
                     )
-                hostile.extend(f"{rel} record {item.fqn!r}: {h}" for h in findings.hostile)
+                hostile.extend(f"{rel} record {item.fqn!r}: {h.message}" for h in findings.hostile)
             if want_crc:
                 rd.skip_to(size)
                 res.crc = format_crc32(rd.crc)
@@ -225,7 +225,7 @@ def _check_transformed(
         return RecordFindings(), None
     except TransformError as e:
         findings = RecordFindings()
-        findings.problems.append(f"{label}: {e}")
+        findings.add(f"{label}: {e}")
         return findings, None
     findings, _pieces = check_record(plain, extra_allowed=options.allowed_globals, crc32=fast_crc32)
     res.decoded[label] = res.decoded.get(label, 0) + 1
@@ -246,7 +246,7 @@ def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem,
     try:
         members = sorted(parse_directory(tail, item.length), key=lambda m: m.local_header_offset)
     except RecordFormatError as e:
-        findings.problems.append(str(e))
+        findings.add_error(e)
         rd.skip_to(end)
         return findings
     for m in members:
@@ -257,11 +257,11 @@ def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem,
         try:
             data_start = data_offset(header, m)
         except RecordFormatError as e:
-            findings.problems.append(str(e))
+            findings.add_error(e)
             continue
         rd.skip_to(start + data_start)
         if m.method != 0:
-            findings.problems.append(f"member {m.name}: compressed member in a large record is not checked")
+            findings.add(f"member {m.name}: compressed member in a large record is not checked")
             continue
         crc = 0
         left = m.compressed_size
@@ -276,14 +276,14 @@ def _stream_record(storage: Storage, fpath: str, rd: _Reader, item: StorageItem,
             if pkl is not None:
                 pkl.extend(chunk)
                 if len(pkl) > MAX_PICKLE_SCAN_BYTES:
-                    findings.problems.append(
+                    findings.add(
                         f"member {m.name} is over {MAX_PICKLE_SCAN_BYTES >> 20} MiB: too large to scan for "
                         "hostile globals (DCP would unpickle it whole)"
                     )
                     pkl = None
             left -= len(chunk)
         if left:
-            findings.problems.append(f"member {m.name} runs past the end of the file")
+            findings.add(f"member {m.name} runs past the end of the file", v.RECORD_TRUNCATED)
             return findings
         check_member_crc(m, crc, findings)
         if pkl is not None:
