@@ -169,8 +169,9 @@ def test_deflate_member_is_inflated_within_caps() -> None:
     assert inflate_capped(small.compress(data) + small.flush(), len(data)) == data
 
 
-def test_zstd_record_past_the_caps_is_noted_not_corrupt(tmp_path: Path) -> None:
-    """A genuine zstd record of zeros decodes past the ratio cap: complete, with a note."""
+def test_zstd_record_of_zeros_is_checked_within_what_the_index_declares(tmp_path: Path) -> None:
+    """A genuine zstd record of zeros decodes far past the ratio cap (~24,000x), but not past
+    what `.metadata` declares the tensor holds: it is decoded and checked, and complete."""
     pytest.importorskip("zstandard")
     import torch
     import torch.distributed.checkpoint as dcp
@@ -181,4 +182,31 @@ def test_zstd_record_past_the_caps_is_noted_not_corrupt(tmp_path: Path) -> None:
     dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(step), _extensions=[ZStandard()]))
     r = verify_checkpoint(str(step), deep=True)
     assert r.status == "complete", r.problems
-    assert any("caps" in n for n in r.notes), r.notes
+    assert any("decoded and checked inside" in n for n in r.notes), r.notes
+    assert r.members_crc_checked >= 1
+
+
+def test_zstd_record_decoding_past_its_declared_size_is_refused(tmp_path: Path) -> None:
+    """The cap follows what the index declares: a real record of 24 MiB of zeros decodes when
+    its tensor is declared that large, and is refused when the index declares 64 bytes."""
+    pytest.importorskip("zstandard")
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    from ckptctl.adapters.dcp_metadata import read_index
+    from ckptctl.adapters.transforms import TransformLimitError, decoder_for
+    from ckptctl.runroot.deep import declared_record_bytes
+
+    step = tmp_path / "step_10"
+    dcp.save({"zeros": torch.zeros(6 << 20)}, storage_writer=dcp.FileSystemWriter(str(step), _extensions=[ZStandard()]))
+    index = read_index((step / ".metadata").read_bytes())
+    (item,) = index.items
+    declared = declared_record_bytes(index, item)
+    assert declared == 4 * (6 << 20)
+    record = (step / item.relative_path).read_bytes()[item.offset : item.offset + item.length]
+    decode, _ = decoder_for(item.transforms)
+    assert decode is not None
+    assert len(decode(record, declared)) > declared  # the archive around the raw bytes
+    with pytest.raises(TransformLimitError):
+        decode(record, 64)  # past the ratio cap, and nothing declared allows it

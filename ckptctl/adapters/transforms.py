@@ -21,9 +21,22 @@ MAX_DECODE_RATIO = 1024
 RATIO_FLOOR_BYTES = 16 << 20
 
 
-def decode_cap(encoded_bytes: int) -> int:
-    """How many bytes a record of ``encoded_bytes`` may decode to."""
-    return min(MAX_DECODED_BYTES, max(RATIO_FLOOR_BYTES, encoded_bytes * MAX_DECODE_RATIO))
+#: What a ``torch.save`` archive adds around a tensor's raw bytes (data.pkl, names, 64-byte
+#: alignment, the central directory): generous, a few KiB in practice.
+ARCHIVE_OVERHEAD_BYTES = 1 << 20
+
+
+def decode_cap(encoded_bytes: int, declared_bytes: int | None = None) -> int:
+    """How many bytes a record of ``encoded_bytes`` may decode to.
+
+    ``declared_bytes``: what the index says the record holds (a tensor chunk's raw size).
+    A genuine record decodes to that plus the archive's overhead whatever its ratio (zeros
+    compress ~1000x and more); without it the ratio cap applies. Never past ``MAX_DECODED_BYTES``.
+    """
+    by_ratio = max(RATIO_FLOOR_BYTES, encoded_bytes * MAX_DECODE_RATIO)
+    if declared_bytes is not None:
+        by_ratio = max(by_ratio, declared_bytes + ARCHIVE_OVERHEAD_BYTES)
+    return min(MAX_DECODED_BYTES, by_ratio)
 
 
 class TransformError(ValueError):
@@ -75,7 +88,7 @@ def _kind(descriptor: str) -> str:
     return descriptor.split("/", 1)[0]
 
 
-def decoder_for(descriptors: Sequence[str]) -> tuple[Callable[[bytes], bytes] | None, str]:
+def decoder_for(descriptors: Sequence[str]) -> tuple[Callable[[bytes, int | None], bytes] | None, str]:
     """A function undoing ``descriptors`` in order, or (None, why it cannot be undone here)."""
     steps: list[Callable[[bytes, int], bytes]] = []
     for desc in descriptors:
@@ -83,12 +96,13 @@ def decoder_for(descriptors: Sequence[str]) -> tuple[Callable[[bytes], bytes] | 
             return None, f"unknown writer extension {desc!r}"
         found = _zstd_decoder()
         if found is None:
-            return None, "no zstd decompressor installed (pip install zstandard)"
+            return None, "no zstd decompressor installed (pip install 'ckptctl[fast]')"
         steps.append(found)
 
-    def run(data: bytes) -> bytes:
-        for step in steps:
-            cap = decode_cap(len(data))
+    def run(data: bytes, declared_bytes: int | None = None) -> bytes:
+        for i, step in enumerate(steps):
+            # the last step yields the archive itself: the index's declared size applies to it
+            cap = decode_cap(len(data), declared_bytes if i == len(steps) - 1 else None)
             try:
                 out = step(data, cap)
             except Exception as e:  # the decompressors raise their own error types
