@@ -34,6 +34,9 @@ from ckptctl.core.slurm_batch import SlurmBatch, plan_slurm_batch
 LineFn = Callable[[str], bool]
 OutputFn = Callable[[str], None]
 
+#: The least a submitted job may stay PENDING before recover gives up on it (s).
+SLURM_SCHEDULING_GRACE_S = 60.0
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobRun:
@@ -247,7 +250,9 @@ def _run_slurm(
     out = batch.output_path(job_id)
     tail = _Tail(out)
     poll_s = config.launch.slurm.poll_s
-    pending_timeout_s = config.recover.capacity_timeout_s
+    # Scheduling a fresh submission takes a few scheduler cycles even on an idle cluster (longer
+    # on a busy controller): that is not missing capacity, so the wait never drops below this.
+    pending_timeout_s = max(config.recover.capacity_timeout_s, SLURM_SCHEDULING_GRACE_S)
     stopped, reason = False, None
     cancel_deadline: float | None = None
     state = slurm.job_state(job_id)
