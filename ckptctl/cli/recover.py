@@ -66,8 +66,10 @@ def _render(report: RecoveryReport) -> None:
         c.print("  command: " + escape(shlex.join(j["argv"])))
         job = j.get("job") or {}
         if job.get("job_id"):
-            running = ", still running" if job.get("still_running") else ""
-            c.print(f"  job: {job.get('backend')} {job.get('job_id')} ({escape(str(job.get('state')))}{running})")
+            facts = [escape(str(job["state"]))] if job.get("state") else []
+            facts += ["still running"] if job.get("still_running") else []
+            shown = f" ({', '.join(facts)})" if facts else ""
+            c.print(f"  job: {job.get('backend')} {job.get('job_id')}{shown}")
     for r in report.rollbacks:
         if r.refusal is not None or r.plan is None:
             c.print(f"rollback refused: {escape(r.refusal.message if r.refusal else 'no plan')}")
