@@ -225,6 +225,51 @@ def test_host_from_file_names() -> None:
     assert log_sources.host_from_name("rank-3.log") is None
     assert log_sources.host_from_name("slurm-4412937.out") is None
     assert log_sources.host_from_name("logs/stderr.log") is None
+    # an extension, a flag or a case folder is no machine name
+    assert log_sources.host_from_name("dmesg.txt") is None
+    assert log_sources.host_from_name("dmesg-T.txt") is None
+    assert log_sources.host_from_name("xid74_nvlink_error/dmesg.txt") is None
+    assert log_sources.host_from_name("incident/node17/dmesg.txt") == "node17"
+
+
+def _xid79_without_a_host(tmp_path: Path, train_text: str) -> list[str]:
+    (tmp_path / "dmesg.txt").write_text(
+        "[2281934.004511] NVRM: Xid (PCI:0000:b8:00): 79, pid=77145, name=python, GPU has fallen off the bus.\n"
+    )
+    (tmp_path / "job.out").write_text(train_text)
+    return [str(tmp_path / "dmesg.txt"), str(tmp_path / "job.out")]
+
+
+def test_a_cause_without_a_host_goes_to_the_only_host_the_input_names(tmp_path: Path) -> None:
+    """Plain dmesg carries no host; the job's NCCL lines name one host only: the drain names it."""
+    files = _xid79_without_a_host(
+        tmp_path,
+        "[default5]:dgx07:77145:77388 [5] NCCL INFO [Service thread] Connection closed by localRank 5\n"
+        "[default5]:dgx07:77145:77145 [5] enqueue.cc:1495 NCCL WARN Cuda failure 'unspecified launch failure'\n",
+    )
+    code, doc, _ = classify_json(*files)
+    assert code == exit_codes.CLASSIFY_INFRA and doc["hosts"] == ["dgx07"], doc["hosts"]
+    assert doc["root_cause"]["host_source"] == "the only host the input names"
+    assert any(s["host"] == "dgx07" and s["role"] == "culprit" for s in doc["suspects"])
+
+
+def test_a_hostname_line_names_the_machine(tmp_path: Path) -> None:
+    files = _xid79_without_a_host(tmp_path, "")
+    (tmp_path / "node.txt").write_text("hostname: trn-gpu-031\n")
+    code, doc, _ = classify_json(*files, str(tmp_path / "node.txt"))
+    assert code == exit_codes.CLASSIFY_INFRA and doc["hosts"] == ["trn-gpu-031"]
+
+
+def test_two_hosts_named_is_no_guess(tmp_path: Path) -> None:
+    """With two candidate hosts the drain list stays empty and says what would settle it."""
+    files = _xid79_without_a_host(
+        tmp_path,
+        "[default0]:gpu-a1:100:100 [0] enqueue.cc:1495 NCCL WARN Cuda failure 'unspecified launch failure'\n"
+        "[default0]:gpu-a2:200:200 [0] enqueue.cc:1495 NCCL WARN Cuda failure 'unspecified launch failure'\n",
+    )
+    code, doc, _ = classify_json(*files)
+    assert code == exit_codes.CLASSIFY_INFRA and doc["hosts"] == [], doc["hosts"]
+    assert doc["what_would_settle_it"]
 
 
 # --------------------------------------------------------------------------------------

@@ -232,7 +232,10 @@ _HOST_IN_NAME = (
 _GENERIC_NAMES = re.compile(
     r"^(?:" + _KIND_WORDS + r"|stdout|stderr|output|console|err|out)(?:\.\d+)?(?:\.(?:log|txt|out|gz))*$"
 )
-_NOT_A_HOST = re.compile(r"^(?:rank|worker|slurm|job|train|run|attempt|log|logs)[-_]?\d*$", re.I)
+_NOT_A_HOST = re.compile(
+    # words that are not machines: a file's kind, its extension ("dmesg.txt"), a flag ("dmesg-T.txt")
+    r"^(?:(?:rank|worker|slurm|job|train|run|attempt|log|logs)[-_]?\d*|txt|out|err|gz|json|[A-Za-z])$", re.I
+)
 
 
 def host_from_name(name: str) -> str | None:
@@ -248,7 +251,8 @@ def host_from_name(name: str) -> str | None:
             return m["host"]
     if _GENERIC_NAMES.match(base) and len(parts) >= 2 and not _NOT_A_HOST.match(parts[-2]):
         parent = parts[-2]
-        if re.match(r"^[A-Za-z][\w.-]*\d[\w.-]*$", parent):
+        # a host name has no underscore (RFC 1123): "xid74_nvlink_error/" is a case folder
+        if re.match(r"^[A-Za-z][A-Za-z0-9.-]*\d[A-Za-z0-9.-]*$", parent):
             return parent
     return None
 

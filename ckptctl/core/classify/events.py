@@ -179,6 +179,9 @@ class FileScanner:
         #: The head of a multi-line kernel message ("NVRM: The NVIDIA GPU 0000:ca:00.0
         #: ...") and its line: its continuation lines inherit its GPU and host.
         self._message_head: tuple[int, dict[str, str]] | None = None
+        #: Hosts named by section contexts (a shell prompt, ``hostname: X``), whatever
+        #: lines follow them: with the events' hosts, the hosts this incident names.
+        self.section_hosts: set[str] = set()
 
     def feed(self, block: bytes, *, fixed_line: int | None = None) -> list[Event]:
         """Events from one block of whole lines (the last may lack its newline).
@@ -279,6 +282,9 @@ class FileScanner:
         if kind == "section":
             # A later prompt or header replaces what it names (host, pod).
             self._section.update({k: fields[k] for k in ("host", "pod") if k in fields})
+            named = normalize_host(fields.get("host"))
+            if named is not None and len(self.section_hosts) < 1000:
+                self.section_hosts.add(named)
             return
         name = fields.get("field")
         if name is None:

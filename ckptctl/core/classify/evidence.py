@@ -38,6 +38,14 @@ class Evidence:
     """IP -> host, from reverse-DNS and /etc/hosts lines in the input."""
     num_files: int = 0
     num_lines: int = 0
+    named_hosts: tuple[str, ...] = ()
+    """Every host the input names, by any line shape (events, torchrun tables, section
+    contexts such as a shell prompt or ``hostname: X``; not the far ends of links), at
+    most ``NAMED_HOSTS_KEPT``: the verdict needs to know only whether there is exactly one."""
+
+
+#: How many distinct named hosts are kept (one is all the "only host" rule needs).
+NAMED_HOSTS_KEPT = 2
 
 
 class EvidenceCollector:
@@ -60,6 +68,7 @@ class EvidenceCollector:
         self.peer_hosts: dict[str, str] = {}
         self.num_files = 0
         self.num_lines = 0
+        self.section_hosts: dict[str, None] = {}
 
     def add(self, event: Event) -> None:
         sid = event.signature.id
@@ -91,6 +100,9 @@ class EvidenceCollector:
         for ip, host in scanner.peer_hosts.items():
             if len(self.peer_hosts) < 100_000:
                 self.peer_hosts.setdefault(ip, host)
+        for host in sorted(scanner.section_hosts):
+            if len(self.section_hosts) < 1000:
+                self.section_hosts[host] = None
 
     def evidence(self) -> Evidence:
         """Freeze what was collected; lines that named only a rank get its host now."""
@@ -116,12 +128,19 @@ class EvidenceCollector:
                 )
             )
         tallies.sort(key=lambda t: t.samples[0].order if t.samples else 0)
+        named: dict[str, None] = {}
+        for group in ([h for t in tallies for h in t.hosts], self.rank_hosts.values(), self.section_hosts):
+            for h in group:
+                if len(named) >= NAMED_HOSTS_KEPT:
+                    break
+                named[h] = None
         return Evidence(
             tallies=tuple(tallies),
             rank_hosts=dict(self.rank_hosts),
             peer_hosts=dict(self.peer_hosts),
             num_files=self.num_files,
             num_lines=self.num_lines,
+            named_hosts=tuple(named),
         )
 
 

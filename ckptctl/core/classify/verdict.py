@@ -9,7 +9,7 @@ and peers the evidence points at, each with its role and the reason.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from ckptctl.core.classify.catalog import (
@@ -223,6 +223,17 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
         ]
         hosts = _unique(h for t in drain_tallies for h in t.hosts)
         gpus = _unique_gpus(e for t in drain_tallies for e in t.samples)
+        if drain_tallies and not hosts and root.host is None and len(evidence.named_hosts) == 1:
+            # The cause's lines carry no host (plain dmesg, a bare nvidia-smi paste), but the
+            # input names one host only, in any line shape: the cause happened there.
+            (only,) = evidence.named_hosts
+            hosts = (only,)
+            root = replace(root, host=only, host_source="the only host the input names")
+            causes = (root, *causes[1:])
+            reasons.append(
+                f"{root.file} names no host; {only} is the only host anywhere in the input, "
+                "so the cause is taken to be there"
+            )
         if drain_tallies and not hosts:
             if root.signature.settle:
                 settle.append(_fill(root.signature.settle, root))
