@@ -299,4 +299,3 @@ class CkptctlConfig:
             raise _fail("launch", "must be a mapping")
         if not isinstance(self.recover, RecoverConfig):
             raise _fail("recover", "must be a mapping")
-
