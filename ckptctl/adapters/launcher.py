@@ -24,6 +24,10 @@ Signal handlers can only be installed from the main thread: called from another
 thread, the supervisor does not forward signals (the caller then owns them and
 can call ``stop()``). If ckptctl itself is SIGKILLed nothing can be forwarded,
 and the job runs on without its console.
+
+The parts live by responsibility: ``jobtree`` (the job's processes and how they
+are signalled), ``launch_result`` (``LaunchResult``, ``LaunchError``, the log
+file) and here the ``Supervisor``; every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -37,14 +41,32 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from types import FrameType
 from typing import IO, Any
 
-from ckptctl import exit_codes
-from ckptctl.core.launch_plan import exit_code_for, signal_name, signal_of
-from ckptctl.errors import CkptctlError
+from ckptctl.adapters.jobtree import (
+    _JobTree,
+    _pipe_holders,
+    _Proc,
+    _signal_group,
+    _signal_pid,
+    _still_running,
+    kill_job_tree,
+)
+from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow, create_log_file
+from ckptctl.core.launch_plan import signal_name, signal_of
+
+__all__ = [
+    "FORWARDED_SIGNALS",
+    "LaunchError",
+    "LaunchResult",
+    "LineFn",
+    "OutputFn",
+    "Supervisor",
+    "create_log_file",
+    "kill_job_tree",
+    "run_supervised",
+]
 
 #: The console sink: one line of job output, without its newline.
 OutputFn = Callable[[str], None]
@@ -62,250 +84,6 @@ _MAX_LINE_BYTES = 1 << 20
 # whoever else still holds the pipe.
 _EOF_WAIT_S = 1.0
 _EOF = object()
-
-
-class LaunchError(CkptctlError):
-    """The job could not be started (launcher not found, log directory not writable)."""
-
-    exit_code = exit_codes.TOOL_FAILED
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LaunchResult:
-    """How a supervised job ended."""
-
-    argv: tuple[str, ...]
-    """The command that ran."""
-    pid: int
-    """The child's pid (torchrun, or the launcher wrapping it)."""
-    returncode: int
-    """As ``Popen`` reports it: the exit code, or ``-N`` when killed by signal N."""
-    signal: int | None
-    """The signal that killed the child, if one did."""
-    log_path: str | None
-    """The log file with the job's whole output (``None`` when logging was off)."""
-    started: datetime
-    """UTC."""
-    ended: datetime
-    """UTC."""
-    stopped_by_callback: bool
-    """``on_line`` asked for the stop."""
-    interrupted_by: int | None = None
-    """A signal ckptctl received (and forwarded as SIGTERM), if any."""
-    stop_reason: str | None = None
-    """Why the job was stopped, when it did not end by itself."""
-    killed: bool = False
-    """The grace period ran out and the job was SIGKILLed."""
-    orphans_killed: tuple[int, ...] = ()
-    """Pids of descendants still alive after the child exited, which the supervisor ended."""
-    notes: tuple[str, ...] = ()
-    """Trouble that did not stop the job (console gone, log write failed)."""
-
-    @property
-    def exit_code(self) -> int:
-        """ckptctl's exit code for this job (see ``core.launch_plan.exit_code_for``)."""
-        return exit_code_for(self.returncode, self.interrupted_by)
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and self.stop_reason is None
-
-    @property
-    def duration_s(self) -> float:
-        return (self.ended - self.started).total_seconds()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "argv": list(self.argv),
-            "pid": self.pid,
-            "returncode": self.returncode,
-            "signal": signal_name(self.signal) if self.signal is not None else None,
-            "exit_code": self.exit_code,
-            "log_path": self.log_path,
-            "started": _iso(self.started),
-            "ended": _iso(self.ended),
-            "duration_s": round(self.duration_s, 3),
-            "stopped_by_callback": self.stopped_by_callback,
-            "interrupted_by": signal_name(self.interrupted_by) if self.interrupted_by is not None else None,
-            "stop_reason": self.stop_reason,
-            "killed": self.killed,
-            "orphans_killed": list(self.orphans_killed),
-            "notes": list(self.notes),
-        }
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-# -- log file ---------------------------------------------------------------------------------------
-
-
-def create_log_file(log_dir: str, now: datetime) -> str:
-    """Create ``<log_dir>/launch-<UTC stamp>.log`` (``-2``, ``-3`` ... when taken); return its path."""
-    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    try:
-        os.makedirs(log_dir, exist_ok=True)
-    except OSError as e:
-        raise LaunchError(
-            f"cannot create the log directory {log_dir}: {e.strerror or e}",
-            hint="set launch.log_dir (or --log-dir) to a writable local directory",
-        ) from e
-    for n in range(1, 1000):
-        path = os.path.join(log_dir, f"launch-{stamp}{'' if n == 1 else f'-{n}'}.log")
-        try:
-            with open(path, "x", encoding="utf-8"):
-                return path
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise LaunchError(
-                f"cannot create the log file {path}: {e.strerror or e}",
-                hint="set launch.log_dir (or --log-dir) to a writable local directory",
-            ) from e
-    raise LaunchError(f"too many launch logs for {stamp} in {log_dir}")
-
-
-# -- the job's processes ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Proc:
-    pid: int
-    ppid: int
-    pgid: int
-    start: str | None
-    """Start time (clock ticks since boot on Linux): tells a pid from a reused one."""
-    is_zombie: bool
-
-
-def _process_table() -> dict[int, _Proc]:
-    if os.path.isdir("/proc/self"):
-        table: dict[int, _Proc] = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # gone meanwhile
-            # The command name (field 2) is in parentheses and may contain anything.
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if len(fields) < 20:
-                continue
-            table[int(name)] = _Proc(int(name), int(fields[1]), int(fields[2]), fields[19], fields[0] == "Z")
-        return table
-    try:  # macOS, BSD: no start times, pid reuse within one job's lifetime is unlikely
-        out = subprocess.run(
-            ["ps", "-A", "-o", "pid=", "-o", "ppid=", "-o", "pgid=", "-o", "stat="],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    table = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[0].isdigit():
-            pid = int(parts[0])
-            table[pid] = _Proc(pid, int(parts[1]), int(parts[2]), None, parts[3].startswith("Z"))
-    return table
-
-
-class _JobTree:
-    """Every process seen descending from the child, remembered after its parent dies."""
-
-    def __init__(self, root_pid: int) -> None:
-        self.root_pid = root_pid
-        self.known: dict[int, _Proc] = {}
-
-    def refresh(self) -> None:
-        table = _process_table()
-        children: dict[int, list[int]] = {}
-        for p in table.values():
-            children.setdefault(p.ppid, []).append(p.pid)
-        # Start from the root and from every known process still alive: a worker
-        # orphaned by a dead torchrun is re-parented to init, but its own children
-        # still hang below it.
-        stack = [self.root_pid] + [pid for pid, p in self.known.items() if self._same(table, p)]
-        while stack:
-            pid = stack.pop()
-            for child in children.get(pid, ()):
-                if child not in self.known or not self._same(table, self.known[child]):
-                    self.known[child] = table[child]
-                    stack.append(child)
-
-    @staticmethod
-    def _same(table: dict[int, _Proc], p: _Proc) -> bool:
-        return _is_same_running(table, p)
-
-    def alive(self) -> list[_Proc]:
-        """Known descendants that are still running (zombies and reused pids excluded)."""
-        return _still_running(list(self.known.values()))
-
-
-def _is_same_running(table: dict[int, _Proc], p: _Proc) -> bool:
-    now = table.get(p.pid)
-    return now is not None and now.start == p.start and not now.is_zombie
-
-
-def _still_running(procs: list[_Proc]) -> list[_Proc]:
-    table = _process_table()
-    return [p for p in procs if _is_same_running(table, p)]
-
-
-def _pipe_holders(read_fd: int) -> list[_Proc]:
-    """Processes holding the other end of the job's output pipe (Linux ``/proc``; else none).
-
-    Whoever holds it inherited it from the job, so it is part of the job -- even a
-    daemon that detached (double fork) too quickly for the process table to see it.
-    """
-    try:
-        target = f"pipe:[{os.fstat(read_fd).st_ino}]"
-    except OSError:
-        return []
-    if not os.path.isdir("/proc/self/fd"):
-        return []
-    me = os.getpid()
-    holders = []
-    for pid, p in _process_table().items():
-        if pid == me or p.is_zombie:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    holders.append(p)
-                    break
-            except OSError:
-                continue
-    return holders
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    # Never our own group (or init's): a descendant cannot be in it -- the child
-    # is in a new session -- but a misread table must not make ckptctl kill itself.
-    if pgid <= 1 or pgid == os.getpgrp():
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    if pid <= 1 or pid == os.getpid():
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 # -- the supervisor ---------------------------------------------------------------------------------
@@ -650,24 +428,6 @@ class Supervisor:
             self._killed = True
         return pids
 
-
-def kill_job_tree(proc: subprocess.Popen[Any], grace_s: float, poll_s: float = 0.1) -> None:
-    """Stop a job started in its own session: SIGTERM to its process group (torchrun passes it
-    on to its workers), then, after ``grace_s``, SIGKILL to it and every descendant still alive."""
-    tree = _JobTree(proc.pid)
-    tree.refresh()
-    _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        tree.refresh()
-        time.sleep(poll_s)
-    if proc.poll() is None:
-        tree.refresh()
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for p in tree.alive():
-        _signal_group(p.pgid, signal.SIGKILL)
-        _signal_pid(p.pid, signal.SIGKILL)
 
 
 def run_supervised(argv: Sequence[str], **kwargs: Any) -> LaunchResult:

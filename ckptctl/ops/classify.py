@@ -10,413 +10,64 @@ verdict is a pure function of those events. Nothing here prints.
 Inputs that cannot be read (missing, permission denied, binary, broken gzip)
 are skipped and listed in ``ClassifyResult.skipped``; only when *nothing* could
 be read is it an error (``InputError``, exit 1).
+
+The parts live by responsibility: ``classify_catalog`` (the signature files),
+``classify_scan`` (engine, workers, block matching) and ``classify_result``
+(``ClassifyResult`` and its JSON); every public name is importable from here.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
-from typing import IO, Any
+from collections.abc import Callable, Sequence
+from typing import IO
 
-from ckptctl import exit_codes
 from ckptctl.adapters import logs
 from ckptctl.core import classify as core
-from ckptctl.errors import CkptctlError, ConfigError, InputError, UsageError
+from ckptctl.errors import CkptctlError, InputError, UsageError
+from ckptctl.ops.classify_catalog import (
+    BUILTIN_CATALOGS,
+    DEFAULT_CATALOG,
+    load_catalog,
+    load_default_signatures,
+    load_signature_file,
+)
+from ckptctl.ops.classify_result import EXIT_CODES, ClassifyResult, evidence_json, suspect_json
+from ckptctl.ops.classify_scan import (
+    ENGINE_ENV,
+    ENGINES,
+    MAX_AUTO_JOBS,
+    PARALLEL_MIN_BYTES,
+    _BlockMatcher,
+    auto_jobs,
+    make_matcher,
+    pick_engine,
+)
 
 __all__ = [
+    "BUILTIN_CATALOGS",
+    "DEFAULT_CATALOG",
+    "ENGINES",
+    "ENGINE_ENV",
+    "EXIT_CODES",
+    "MAX_AUTO_JOBS",
+    "MAX_EVIDENCE_PER_SIGNATURE",
+    "PARALLEL_MIN_BYTES",
     "ClassifyResult",
+    "auto_jobs",
     "classify_logs",
+    "evidence_json",
     "load_catalog",
+    "load_default_signatures",
+    "load_signature_file",
+    "make_matcher",
+    "pick_engine",
+    "suspect_json",
 ]
 
-#: Exit code per verdict (documented in the README and docs/classify.md).
-EXIT_CODES: dict[str, int] = {
-    "infra": exit_codes.CLASSIFY_INFRA,
-    "job": exit_codes.CLASSIFY_JOB,
-    "preemption": exit_codes.CLASSIFY_PREEMPTION,
-    "unknown": exit_codes.CLASSIFY_UNKNOWN,
-}
-
-DEFAULT_CATALOG = "default.yaml"
-#: The built-in catalogs (``ckptctl/signatures/``), in precedence order: a line becomes
-#: an event of the first signature that matches it. XIDs first (the code decides);
-#: then NCCL's and the fabric's specific errors and the platforms' preemption and
-#: maintenance wordings; then the general catalog (ending with the generic Python
-#: exception rule).
-BUILTIN_CATALOGS = ("xids.yaml", "nccl.yaml", "preemption.yaml", DEFAULT_CATALOG)
 #: Evidence lines kept per signature in the result (counts are always complete).
 MAX_EVIDENCE_PER_SIGNATURE = 5
 
 ProgressFn = Callable[[int], None]
-
-
-# --------------------------------------------------------------------------------------
-# Catalog
-# --------------------------------------------------------------------------------------
-
-
-def _yaml_load(text: str, source: str) -> Any:
-    import yaml
-
-    # The C loader parses the built-in catalogs (250 signatures) in a tenth of the time.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        return yaml.load(text, Loader=loader)  # a safe loader (C or pure Python)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from e
-
-
-@functools.lru_cache(maxsize=1)
-def load_default_signatures() -> tuple[core.Signature, ...]:
-    """The catalogs shipped in the package (``BUILTIN_CATALOGS``), in order; parsed once."""
-    signatures: list[core.Signature] = []
-    seen: set[str] = set()
-    for name in BUILTIN_CATALOGS:
-        text = resources.files("ckptctl.signatures").joinpath(name).read_text("utf-8")
-        try:
-            parsed = core.parse_catalog(_yaml_load(text, name), source=name)
-        except core.CatalogError as e:  # pragma: no cover - the shipped catalogs are tested
-            raise ConfigError(str(e)) from e
-        for sig in parsed:
-            if sig.id in seen:  # pragma: no cover - the shipped catalogs are tested
-                raise ConfigError(f"{name}: id {sig.id!r} is also in another built-in catalog")
-            seen.add(sig.id)
-            signatures.append(sig)
-    return tuple(signatures)
-
-
-def load_signature_file(path: str) -> tuple[core.Signature, ...]:
-    """One user signature file (a local path or fsspec URL); ``ConfigError`` names the problem."""
-    from ckptctl.adapters.storage import Storage
-
-    try:
-        storage, inner = Storage.for_url(path)
-        data = storage.read_bytes(inner)
-    except CkptctlError as e:
-        raise ConfigError(f"signature file {e.message}") from e
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"signature file {path}: not UTF-8 text") from e
-    try:
-        return core.parse_catalog(_yaml_load(text, path), source=path)
-    except core.CatalogError as e:
-        raise ConfigError(str(e), hint="docs/classify.md describes the signature format") from e
-
-
-def load_catalog(extra_signature_files: Sequence[str] = ()) -> tuple[core.Signature, ...]:
-    """Built-in signatures with the user's files merged in front (same id replaces)."""
-    extras = [load_signature_file(p) for p in extra_signature_files]
-    return core.merge_catalogs(load_default_signatures(), extras)
-
-
-# --------------------------------------------------------------------------------------
-# Result
-# --------------------------------------------------------------------------------------
-
-
-def _gpu_json(g: core.GpuRef) -> dict[str, Any]:
-    return {"host": g.host, "pci_bus_id": g.pci_bus_id, "index": g.index}
-
-
-def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
-    """One evidence item: ``{file, line, text, signature, ...}`` (keys: add, never rename)."""
-    return {
-        "file": e.file,
-        "line": e.line,
-        "text": e.text,
-        "signature": e.signature.id,
-        "description": e.signature.description,
-        "category": e.signature.category,
-        "role": role or e.signature.role,
-        "severity": e.signature.severity,
-        "confidence": e.signature.confidence,
-        "host": e.host,
-        "host_source": e.host_source,
-        "gpu": e.gpu,
-        "gpu_index": e.gpu_index,
-        "rank": e.rank,
-        "local_rank": e.local_rank,
-        "xid": e.xid,
-        "signal": e.signal,
-        "exitcode": e.exitcode,
-        "first_failure": e.first_failure,
-        "peer": e.peer,
-        "peer_host": e.peer_host,
-        "pod": e.pod,
-        "time": e.time,
-        "cause_xid": e.cause_xid,
-    }
-
-
-def suspect_json(s: core.Suspect) -> dict[str, Any]:
-    """One suspect: ``{host, gpu, rank, local_rank, peer, pod, role, reason}``."""
-    return {
-        "host": s.host,
-        "gpu": s.gpu,
-        "rank": s.rank,
-        "local_rank": s.local_rank,
-        "peer": s.peer,
-        "pod": s.pod,
-        "role": s.role,
-        "reason": s.reason,
-    }
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClassifyResult:
-    """The verdict on a set of logs, with its evidence and what was read.
-
-    Fields (all also in ``to_json()``):
-    ``category`` infra | job | preemption | unknown; ``confidence`` high | medium |
-    low; ``hosts`` the hosts to drain (infra only); ``gpus`` the GPUs the root cause
-    names; ``action`` the runbook action; ``root_cause`` the event judged to have
-    started it; ``evidence`` root cause, other causes, then symptoms;
-    ``symptoms`` the consequences; ``what_would_settle_it`` the logs that would make
-    an ``unknown`` or weak verdict certain; ``exit_code`` the CLI's exit code.
-    """
-
-    verdict: core.Verdict
-    tallies: tuple[core.SignatureTally, ...]
-    sources: tuple[str, ...]
-    skipped: tuple[logs.Skipped, ...]
-    num_bytes: int
-    num_lines: int
-    num_matched_lines: int
-    num_overlong_lines: int
-    signature_files: tuple[str, ...]
-    num_signatures: int
-    elapsed_s: float = 0.0
-    jobs: int = 1
-    """Processes that matched the input."""
-    engine: str = "re"
-    """The keyword prefilter's engine (``hyperscan`` or ``re``)."""
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def category(self) -> str:
-        return self.verdict.category
-
-    @property
-    def confidence(self) -> str:
-        return self.verdict.confidence
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return self.verdict.hosts
-
-    @property
-    def gpus(self) -> tuple[core.GpuRef, ...]:
-        return self.verdict.gpus
-
-    @property
-    def action(self) -> str:
-        return self.verdict.action
-
-    @property
-    def root_cause(self) -> core.Event | None:
-        return self.verdict.root_cause
-
-    @property
-    def symptoms(self) -> tuple[core.Event, ...]:
-        return self.verdict.symptoms
-
-    @property
-    def evidence(self) -> tuple[core.Event, ...]:
-        return tuple(core.iter_events(self.verdict))
-
-    @property
-    def what_would_settle_it(self) -> tuple[str, ...]:
-        return self.verdict.what_would_settle_it
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict.category]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document (schema in docs/classify.md; keys: add, never rename)."""
-        v = self.verdict
-        root = v.root_cause
-
-        def role_of(e: core.Event) -> str:
-            if e is root:
-                return "root_cause"
-            return e.signature.role
-
-        return {
-            "category": v.category,
-            "confidence": v.confidence,
-            "action": v.action,
-            "hosts": list(v.hosts),
-            "gpus": [_gpu_json(g) for g in v.gpus],
-            "root_cause": evidence_json(root, "root_cause") if root is not None else None,
-            "evidence": [evidence_json(e, role_of(e)) for e in core.iter_events(v)],
-            "symptoms": [evidence_json(e) for e in v.symptoms],
-            "other_causes": [evidence_json(e) for e in v.other_causes],
-            "suspect_hosts": list(v.suspect_hosts),
-            "reasons": list(v.reasons),
-            "what_would_settle_it": list(v.what_would_settle_it),
-            "signatures": [
-                {
-                    "id": t.signature.id,
-                    "category": t.signature.category,
-                    "role": t.signature.role,
-                    "count": t.count,
-                    "hosts": list(t.hosts),
-                    "num_hosts": t.num_hosts,
-                    "num_ranks": t.num_ranks,
-                }
-                for t in self.tallies
-            ],
-            "inputs": {
-                "sources": list(self.sources),
-                "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
-                "bytes": self.num_bytes,
-                "lines": self.num_lines,
-                "matched_lines": self.num_matched_lines,
-                "overlong_lines": self.num_overlong_lines,
-                "jobs": self.jobs,
-                "engine": self.engine,
-            },
-            "catalog": {
-                "signatures": self.num_signatures,
-                "files": [*("builtin:" + n for n in BUILTIN_CATALOGS), *self.signature_files],
-            },
-            "warnings": list(self.warnings),
-            "elapsed_s": round(self.elapsed_s, 3),
-            "exit_code": self.exit_code,
-            "suspects": [suspect_json(s) for s in v.suspects],
-        }
-
-
-# --------------------------------------------------------------------------------------
-# The use case
-# --------------------------------------------------------------------------------------
-
-
-#: Inputs at least this big are matched by worker processes (when ``jobs`` is auto).
-PARALLEL_MIN_BYTES = 64 << 20
-#: At most this many worker processes by default (matching is CPU-bound; more
-#: rarely pays on a shared login node).
-MAX_AUTO_JOBS = 8
-
-#: Prefilter engines (``engine=``, or the ``CKPTCTL_CLASSIFY_ENGINE`` variable):
-#: ``auto`` is Hyperscan when the ``hyperscan`` package imports, else ``re``.
-ENGINES = ("auto", "hyperscan", "re")
-ENGINE_ENV = "CKPTCTL_CLASSIFY_ENGINE"
-
-
-def pick_engine(engine: str | None = None) -> str:
-    """The engine to use: ``engine``, else ``$CKPTCTL_CLASSIFY_ENGINE``, else ``auto``, resolved."""
-    from ckptctl.adapters import hsscan
-
-    name = engine or os.environ.get(ENGINE_ENV) or "auto"
-    if name not in ENGINES:
-        raise UsageError(f"unknown classify engine {name!r} (one of {', '.join(ENGINES)})")
-    if name == "auto":
-        return hsscan.NAME if hsscan.available() else "re"
-    if name == hsscan.NAME and not hsscan.available():
-        raise UsageError(
-            "the hyperscan engine was asked for but the hyperscan package is not installed",
-            hint="pip install 'ckptctl[fast]', or use the re engine",
-        )
-    return name
-
-
-def make_matcher(signatures: Sequence[core.Signature], engine: str) -> core.Matcher:
-    """A matcher whose keyword prefilter runs on ``engine`` (resolved by ``pick_engine``)."""
-    if engine == "re":
-        return core.Matcher(signatures)
-    from ckptctl.adapters.hsscan import HyperscanBlockScanner
-
-    return core.Matcher(signatures, HyperscanBlockScanner)
-
-
-_worker_matcher: core.Matcher | None = None
-
-
-def _init_worker(signatures: tuple[core.Signature, ...], engine: str) -> None:
-    global _worker_matcher
-    _worker_matcher = make_matcher(signatures, engine)
-
-
-def _scan_in_worker(block: bytes) -> core.BlockScan:
-    assert _worker_matcher is not None, "worker not initialised"
-    return _worker_matcher.scan_block(block)
-
-
-def auto_jobs(total_bytes: int | None, cpu_count: int | None = None) -> int:
-    """Worker processes for ``total_bytes`` of input.
-
-    1 below ``PARALLEL_MIN_BYTES`` or on fewer than 4 CPUs (the parent reads and
-    keeps the state: on a 2-vCPU VM two workers measured no faster than one
-    process); else one per CPU but one, up to ``MAX_AUTO_JOBS``.
-    """
-    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    if total_bytes is None or total_bytes < PARALLEL_MIN_BYTES or cpus < 4:
-        return 1
-    return min(cpus - 1, MAX_AUTO_JOBS)
-
-
-class _BlockMatcher:
-    """Matches blocks in order: here, or in worker processes with a bounded queue.
-
-    The per-file state (line numbers, torchrun records) stays in this process;
-    workers run only the stateless ``Matcher.scan_block``. At most ``2 x jobs``
-    blocks are in flight, so memory stays constant however big the input.
-    """
-
-    def __init__(self, matcher: core.Matcher, jobs: int) -> None:
-        self._matcher = matcher
-        self._jobs = jobs
-        self._pool: Any = None
-
-    def __enter__(self) -> _BlockMatcher:
-        if self._jobs > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            # forkserver where it exists: no fork() of a process that may run a
-            # progress-bar thread; workers import only the matcher.
-            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-            self._pool = ProcessPoolExecutor(
-                max_workers=self._jobs,
-                mp_context=multiprocessing.get_context(method),
-                initializer=_init_worker,
-                initargs=(self._matcher.signatures, self._matcher.engine),
-            )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def scan(self, blocks: Iterator[logs.Block]) -> Iterator[tuple[core.BlockScan, int | None]]:
-        """``(scan, fixed_line)`` per block, in order. A read error is raised after the
-        blocks read before it (they still count)."""
-        if self._pool is None:
-            for block in blocks:
-                yield self._matcher.scan_block(block.data), block.fixed_line
-            return
-        pending: deque[tuple[Any, int | None]] = deque()
-        error: CkptctlError | None = None
-        try:
-            for block in blocks:
-                pending.append((self._pool.submit(_scan_in_worker, block.data), block.fixed_line))
-                while len(pending) > 2 * self._jobs:
-                    future, fixed = pending.popleft()
-                    yield future.result(), fixed
-        except CkptctlError as e:
-            error = e
-        while pending:
-            future, fixed = pending.popleft()
-            yield future.result(), fixed
-        if error is not None:
-            raise error
 
 
 def classify_logs(
