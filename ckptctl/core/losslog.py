@@ -155,6 +155,9 @@ class LossLogParser:
         self._epoch_ctx: int | None = None
         self._last_bar_step: int | None = None
         self._pending: _Record | None = None
+        self._dialects: dict[object, str] = {}
+        """The dialect of each line template seen (the dialect regexes read a template's
+        numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
         self._indented = False
         self.num_lines = 0
@@ -212,7 +215,8 @@ class LossLogParser:
             rec.rank = rec.rank if rec.rank is not None else tag_rank
             self._locked = PATTERN
             return [self._point(rec, redraw=False)]
-        if "," in text and self._requested in (AUTO, "lightning-csv"):
+        # a CSV row counts under a header, and a header names a step column (every step key has one of these)
+        if "," in text and self._requested in (AUTO, "lightning-csv") and (self._csv is not None or _MAYBE_CSV_HEADER_RE.search(text)):
             csv_rec = self._csv_line(text)
             if csv_rec is not None:
                 if csv_rec.loss is None:
@@ -236,26 +240,44 @@ class LossLogParser:
             return self._accept(rec, tag_rank)
         if "{" in body and "}" in body:
             return []  # a template or code ({step:2d}), or a dict that did not parse
-        tokens = lt.tokenize(body)
+        if self._columns is None:
+            # no word a key could mean something by, no progress counter, no table: nothing to read
+            maybe = lt.tokenize_meaningful(body)
+            if maybe is None:
+                return []
+            tokens = maybe
+        else:
+            tokens = lt.tokenize(body)
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
         if tokens.counter is None and not any(f for f in tokens.fields if lt.classify_key(f.key, f.unit)):
             return []
-        if set(tokens.words) & lt.EVAL_LINE_WORDS:
+        if tokens.is_eval:
             self._in_eval = True
             return self._emit_pending()
         rec = self._classify(tokens)
         if rec is None:
             return []
         rec.line_no, rec.wall = line_no, wall
-        rec.fmt = _dialect(text, self._locked)
+        if rec.step is not None:
+            # only a record with a step keeps its format (a line without one merges or is dropped)
+            rec.fmt = self._dialect_of(text, tokens.template if stamp is None else None)
         return self._accept(rec, tag_rank)
+
+    def _dialect_of(self, text: str, template: object | None) -> str:
+        if template is None:
+            return _dialect(text, self._locked)
+        name = self._dialects.get(template)
+        if name is None:
+            if len(self._dialects) >= 1024:
+                self._dialects.clear()
+            name = self._dialects[template] = _dialect(text, self._locked)
+        return name
 
     def _no_fields(
         self, body: str, tokens: lt.Tokens, line_no: int, tag_rank: int | None
     ) -> list[LogEvent]:
-        words = set(tokens.words)
-        if words & lt.EVAL_LINE_WORDS:
+        if tokens.is_eval:
             self._in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
             return self._emit_pending()
         # a column header: words only, a step and a loss among them
@@ -270,7 +292,7 @@ class LossLogParser:
             values = [parse_float(p) for p in parts]
             if all(v is not None for v in values):
                 fields = tuple(lt.Field(k.lower(), v) for k, v in zip(self._columns, values, strict=True) if v is not None)
-                rec = self._classify(lt.Tokens(fields, None, (), len(fields)))
+                rec = self._classify(lt.Tokens(fields, None, False, len(fields)))
                 if rec is not None:
                     rec.line_no, rec.fmt = line_no, "columns"
                     return self._accept(rec, tag_rank)
@@ -307,7 +329,7 @@ class LossLogParser:
                 if f.value > 1e8:
                     rec.wall = f.value  # a "time" field holding a Unix time
                     continue
-                ms = "ms" in lt._split(f.key) or f.unit.startswith("ms") or f.key.startswith("ms")
+                ms = "ms" in lt.key_words(f.key) or f.unit.startswith("ms") or f.key.startswith("ms")
                 rec.metrics.setdefault(lt.SEC_PER_STEP, f.value / 1000 if ms else f.value)
             else:
                 rec.metrics.setdefault(kind, f.value)
@@ -426,6 +448,7 @@ class LossLogParser:
         return rec
 
 
+_MAYBE_CSV_HEADER_RE = re.compile(r"step|iter", re.IGNORECASE | re.ASCII)
 _METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
 
 
