@@ -190,11 +190,14 @@ class _Template:
     num_numbers: int
     maybe_counter: bool
     """A digit touches a ``/`` on both sides (``12/300``): look for a progress counter."""
+    kinds: frozenset[str]
+    """What its fields' keys mean (``classify_key`` reads only the key and unit)."""
 
 
 #: Lookup key of a line's template: the text without ASCII digits and blanks (templates may share one).
 _KEY_TABLE = str.maketrans("", "", "0123456789 \t")
 _MAYBE_COUNTER_RE = re.compile(r"\d/[\d?]")
+_EXP_PIECE_RE = re.compile(r"[eE][-+]?")
 _DIGIT_RE = re.compile(r"\d")
 _NONFINITE_RE = re.compile(r"nan|inf", re.IGNORECASE)
 _BLANKS_RE = re.compile(r"[ \t]+")
@@ -253,6 +256,8 @@ def _make_template(text: str, found: list[tuple[Field, int, int]], words: list[s
     pieces.append(text[pos:])
     if any(c.isdigit() for p in pieces for c in p):
         return None  # digits no number took (a version 2.5.1): their reading depends on their neighbours
+    if any(p in (",", ".") or _EXP_PIECE_RE.fullmatch(p) for p in pieces[1:-1]):
+        return None  # "3,5071" is two numbers, "16,507" one: where numbers meet, widths matter
     for f, (_key, i, j, _unit) in zip((f for f, _, _ in found), layout, strict=True):
         # the field regex read exactly these numbers (not a part of one, not two)
         if not _same(parse_float(spans[i][2]), f.value) or (j >= 0 and not _same(parse_float(spans[j][2]), f.total)):
@@ -263,7 +268,8 @@ def _make_template(text: str, found: list[tuple[Field, int, int]], words: list[s
     except re.error:
         return None
     maybe_counter = _MAYBE_COUNTER_RE.search(text) is not None
-    return _Template(regex, tuple(layout), bool(set(words) & EVAL_LINE_WORDS), num_numbers, maybe_counter)
+    kinds = frozenset(m[0] for m in (classify_key(k, u) for k, _i, _j, u in layout) if m is not None)
+    return _Template(regex, tuple(layout), bool(set(words) & EVAL_LINE_WORDS), num_numbers, maybe_counter, kinds)
 
 
 def tokenize(text: str) -> Tokens:
@@ -337,6 +343,37 @@ def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
     return Tokens(tuple(f for f, _, _ in found), _counter(text), is_eval, num_numbers if not found else -1)
 
 
+#: Meanings that make a line a record (or a state change) on their own; the others (metrics,
+#: rank, time) only join a record being assembled.
+_RECORD_KINDS = frozenset({"step", "loss", "eval", "epoch", "nan_count"})
+
+
+def is_metrics_only(tokens: Tokens) -> bool:
+    """The line's template has fields, none a step, loss, epoch or evaluation, and no evaluation word.
+
+    Such a line can only add metrics to a record being assembled: with none open it reads
+    as nothing, and the reader skips its classification.
+    """
+    t = tokens.template
+    return isinstance(t, _Template) and bool(t.layout) and not t.is_eval and t.kinds.isdisjoint(_RECORD_KINDS)
+
+
+def is_inert(tokens: Tokens) -> bool:
+    """Every line of this one's template reads as nothing while no record is open.
+
+    Metrics only (``is_metrics_only``), or fields that mean nothing and no progress counter.
+    """
+    t = tokens.template
+    if not isinstance(t, _Template) or not t.layout:
+        return False
+    return is_metrics_only(tokens) or (not t.kinds and not t.maybe_counter)
+
+
+def matches(template: object, text: str) -> bool:
+    """``text`` is a line of ``template`` (``Tokens.template``)."""
+    return isinstance(template, _Template) and template.regex.fullmatch(text) is not None
+
+
 def _float(num: str) -> float:
     return float(num if "," not in num else num.replace(",", ""))
 
@@ -372,6 +409,9 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
         if isinstance(doc, dict):
             return doc, "jsonl"
     if "'" in body:
+        simple = _simple_py_dict(body)
+        if simple is not None:
+            return simple, "hf"
         body = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body)
         try:
             doc = ast.literal_eval(body)  # literals only: nothing in the log can run
@@ -380,6 +420,28 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
         if isinstance(doc, dict):
             return doc, "hf"
     return None
+
+
+# HF Trainer prints ``str(dict)`` of plain keys and numbers; such a line is read with one regex
+# (what ``ast.literal_eval`` would give: only shapes Python itself accepts and repr prints).
+_PY_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|nan|-?inf"
+_PY_PAIR = r"'([A-Za-z0-9_ ./-]*)':[ \t]*(" + _PY_NUMBER + r")"
+_PY_DICT_RE = re.compile(r"\{[ \t]*" + _PY_PAIR + r"(?:[ \t]*,[ \t]*" + _PY_PAIR + r")*[ \t]*\}")
+_PY_PAIR_RE = re.compile(_PY_PAIR)
+
+
+def _simple_py_dict(body: str) -> dict[str, Any] | None:
+    if _PY_DICT_RE.fullmatch(body) is None:
+        return None
+    doc: dict[str, Any] = {}
+    for key, num in _PY_PAIR_RE.findall(body):
+        if num in ("nan", "inf", "-inf"):
+            doc[key] = num  # as the bare non-finite rewrite gives them: strings
+        elif "." in num or "e" in num:
+            doc[key] = float(num)
+        else:
+            doc[key] = int(num)
+    return doc
 
 
 def dict_fields(doc: dict[str, Any]) -> tuple[Field, ...]:

@@ -41,6 +41,7 @@ from typing import Any
 
 from ckptctl.core import logtokens as lt
 from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
+from ckptctl.core.logevents import MARKER_HINTS as _MARKER_HINTS
 from ckptctl.core.logevents import METRICS, LogEvent, LossPoint, ResumeMarker, match_marker
 from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -156,6 +157,8 @@ class LossLogParser:
         self._last_bar_step: int | None = None
         self._pending: _Record | None = None
         self._dialects: dict[object, str] = {}
+        self._inert: list[object] = []
+        """Templates of lines that read as nothing while no record is open, newest first."""
         """The dialect of each line template seen (the dialect regexes read a template's
         numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
@@ -215,6 +218,10 @@ class LossLogParser:
             rec.rank = rec.rank if rec.rank is not None else tag_rank
             self._locked = PATTERN
             return [self._point(rec, redraw=False)]
+        if self._pending is None and self._csv is None and self._columns is None:
+            for template in self._inert:
+                if lt.matches(template, text):
+                    return []  # the same line as one that read as nothing, other numbers
         # a CSV row counts under a header, and a header names a step column (every step key has one of these)
         if "," in text and self._requested in (AUTO, "lightning-csv") and (self._csv is not None or _MAYBE_CSV_HEADER_RE.search(text)):
             csv_rec = self._csv_line(text)
@@ -248,9 +255,14 @@ class LossLogParser:
             tokens = maybe
         else:
             tokens = lt.tokenize(body)
+        if self._pending is None and lt.is_metrics_only(tokens):
+            self._remember_inert(text, stamp is not None, tokens)
+            return []  # a progress bar's it/s, a memory line: nothing to add them to
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
         if tokens.counter is None and not any(f for f in tokens.fields if lt.classify_key(f.key, f.unit)):
+            if self._pending is None:
+                self._remember_inert(text, stamp is not None, tokens)
             return []
         if tokens.is_eval:
             self._in_eval = True
@@ -263,6 +275,26 @@ class LossLogParser:
             # only a record with a step keeps its format (a line without one merges or is dropped)
             rec.fmt = self._dialect_of(text, tokens.template if stamp is None else None)
         return self._accept(rec, tag_rank)
+
+    def _remember_inert(self, text: str, stamped: bool, tokens: lt.Tokens) -> None:
+        """Keep the template of a line that read as nothing, when every line of it would.
+
+        Its numbers change nothing that came before the fields (the template fixes every
+        other character): no timestamp (nor a run of numbers a timestamp could be), no
+        marker word, no dict, no CSV header cell.
+        """
+        if (
+            stamped
+            or not lt.is_inert(tokens)
+            or "{" in text
+            or _MAYBE_STAMP_RE.search(text)
+            or any(h in text.lower() for h in _MARKER_HINTS)
+            or ("," in text and _MAYBE_CSV_HEADER_RE.search(text))
+            or tokens.template in self._inert
+        ):
+            return
+        self._inert.insert(0, tokens.template)
+        del self._inert[_MAX_INERT:]
 
     def _dialect_of(self, text: str, template: object | None) -> str:
         if template is None:
@@ -448,7 +480,11 @@ class LossLogParser:
         return rec
 
 
-_MAYBE_CSV_HEADER_RE = re.compile(r"step|iter", re.IGNORECASE | re.ASCII)
+#: A CSV header has a cell that is a step key (``CSV_STEP_KEYS`` all end so): one ends here.
+#: Numbers a timestamp could be made of, whatever their widths (``logtokens.timestamp_s``).
+_MAYBE_STAMP_RE = re.compile(r"\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")
+_MAX_INERT = 6
+_MAYBE_CSV_HEADER_RE = re.compile(r"(?:step|iter|iteration)\s*\"?\s*(?:,|$)", re.IGNORECASE)
 _METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
 
 
