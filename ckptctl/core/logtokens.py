@@ -191,6 +191,8 @@ class _Template:
     maybe_counter: bool
     """A digit touches a ``/`` on both sides (``12/300``): look for a progress counter."""
     kinds: frozenset[str]
+    meanings: tuple[tuple[str, int] | None, ...]
+    """``classify_key`` of each field, in order."""
     """What its fields' keys mean (``classify_key`` reads only the key and unit)."""
 
 
@@ -268,8 +270,10 @@ def _make_template(text: str, found: list[tuple[Field, int, int]], words: list[s
     except re.error:
         return None
     maybe_counter = _MAYBE_COUNTER_RE.search(text) is not None
-    kinds = frozenset(m[0] for m in (classify_key(k, u) for k, _i, _j, u in layout) if m is not None)
-    return _Template(regex, tuple(layout), bool(set(words) & EVAL_LINE_WORDS), num_numbers, maybe_counter, kinds)
+    meanings = tuple(classify_key(k, u) for k, _i, _j, u in layout)
+    kinds = frozenset(m[0] for m in meanings if m is not None)
+    is_eval = bool(set(words) & EVAL_LINE_WORDS)
+    return _Template(regex, tuple(layout), is_eval, num_numbers, maybe_counter, kinds, meanings)
 
 
 def tokenize(text: str) -> Tokens:
@@ -356,6 +360,14 @@ def is_metrics_only(tokens: Tokens) -> bool:
     """
     t = tokens.template
     return isinstance(t, _Template) and bool(t.layout) and not t.is_eval and t.kinds.isdisjoint(_RECORD_KINDS)
+
+
+def meanings(tokens: Tokens) -> tuple[tuple[str, int] | None, ...]:
+    """``classify_key`` of each field (kept with the line's template)."""
+    t = tokens.template
+    if isinstance(t, _Template):
+        return t.meanings
+    return tuple(classify_key(f.key, f.unit) for f in tokens.fields)
 
 
 def is_inert(tokens: Tokens) -> bool:
@@ -607,6 +619,13 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _minute_s(year: int, month: int, day: int, hour: int, minute: int) -> int:
+    # timegm is arithmetic past the month (day, hour and seconds are added as they are):
+    # one call a minute, not one a line
+    return calendar.timegm((year, month, day, hour, minute, 0, 0, 0, 0))
+
+
 def timestamp_s(text: str) -> tuple[float, int, int] | None:
     """(seconds, start, end) of a timestamp near the line's start (UTC calendar arithmetic; no clock)."""
     head = text[:64]
@@ -619,7 +638,7 @@ def timestamp_s(text: str) -> tuple[float, int, int] | None:
         g = m.groupdict()
         year = int(g["y"]) if i == 0 else 2001  # detectron2 prints no year
         try:
-            base = calendar.timegm((year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"]), int(g["s"]), 0, 0, 0))
+            base = _minute_s(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"])) + int(g["s"])
         except (ValueError, OverflowError):
             return None
         frac = g.get("f")

@@ -260,7 +260,7 @@ class LossLogParser:
             return []  # a progress bar's it/s, a memory line: nothing to add them to
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
-        if tokens.counter is None and not any(f for f in tokens.fields if lt.classify_key(f.key, f.unit)):
+        if tokens.counter is None and not any(lt.meanings(tokens)):
             if self._pending is None:
                 self._remember_inert(text, stamp is not None, tokens)
             return []
@@ -335,8 +335,7 @@ class LossLogParser:
         step_rank = 99
         nan_count = 0.0
         epoch_total: float | None = None
-        for f in tokens.fields:
-            meaning = lt.classify_key(f.key, f.unit)
+        for f, meaning in zip(tokens.fields, lt.meanings(tokens), strict=True):
             if meaning is None:
                 continue
             kind, rank = meaning
