@@ -317,3 +317,24 @@ def test_simple_dicts_read_as_literal_eval_reads_them(body: str) -> None:
     if fast is not None:
         assert fast == slow and [type(v) for v in fast.values()] == [type(v) for v in slow.values()]
     assert lt.read_dict(body) == ((slow, "hf") if isinstance(slow, dict) else None)
+
+
+def _events_of(lines: list[str]) -> list[str]:
+    return [repr(e) for e in parse_lines(lines)]
+
+
+def test_fast_paths_change_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every corpus log, and a renumbered copy interleaved: the same events with no template at all."""
+    rng = random.Random(3)
+    logs = []
+    for path in sorted(CORPUS.glob("*.log")):
+        lines = path.read_text(errors="replace").split("\n")
+        mixed = [x for line in lines for x in ([line, _renumber(rng, line)] if rng.random() < 0.3 else [line])]
+        logs += [lines, mixed]
+    with_templates = [_events_of(lines) for lines in logs]
+    monkeypatch.setattr(lt, "_make_template", lambda *args: None)
+    monkeypatch.setattr(lt, "_TEMPLATES", {})
+    monkeypatch.setattr(lt, "_RECENT", [])
+    without = [_events_of(lines) for lines in logs]
+    assert with_templates == without
+    assert sum(map(len, without)) > 1000

@@ -320,14 +320,7 @@ def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
                 del _RECENT[_MAX_RECENT:]
                 break
     if m is not None:
-        nums = m.groups()
-        # every group is a number of _NUM's shape: float() reads it once thousands commas are gone
-        fields = [
-            Field(fkey, _float(nums[i]), _float(nums[j]) if j >= 0 else None, unit)
-            for fkey, i, j, unit in template.layout
-        ]
-        counter = _counter(text) if template.maybe_counter else None
-        return Tokens(tuple(fields), counter, template.is_eval, template.num_numbers if not fields else -1, template)
+        return _from_match(template, m, text)
     if skip_meaningless and _is_meaningless(text):
         return None
     found = _fields_slow(text)
@@ -381,9 +374,20 @@ def is_inert(tokens: Tokens) -> bool:
     return is_metrics_only(tokens) or (not t.kinds and not t.maybe_counter)
 
 
-def matches(template: object, text: str) -> bool:
-    """``text`` is a line of ``template`` (``Tokens.template``)."""
-    return isinstance(template, _Template) and template.regex.fullmatch(text) is not None
+def tokenize_as(template: object, text: str) -> Tokens | None:
+    """``tokenize(text)`` when ``text`` is a line of ``template`` (a ``Tokens.template``), else None."""
+    if not isinstance(template, _Template):
+        return None
+    m = template.regex.fullmatch(text)
+    return None if m is None else _from_match(template, m, text)
+
+
+def _from_match(template: _Template, m: re.Match[str], text: str) -> Tokens:
+    nums = m.groups()
+    # every group is a number of _NUM's shape: float() reads it once thousands commas are gone
+    fields = [Field(fkey, _float(nums[i]), _float(nums[j]) if j >= 0 else None, unit) for fkey, i, j, unit in template.layout]
+    counter = _counter(text) if template.maybe_counter else None
+    return Tokens(tuple(fields), counter, template.is_eval, template.num_numbers if not fields else -1, template)
 
 
 def _float(num: str) -> float:

@@ -157,8 +157,8 @@ class LossLogParser:
         self._last_bar_step: int | None = None
         self._pending: _Record | None = None
         self._dialects: dict[object, str] = {}
-        self._inert: list[object] = []
-        """Templates of lines that read as nothing while no record is open, newest first."""
+        self._known: list[tuple[object, bool]] = []
+        """Templates of plain lines (and whether they read as nothing while no record is open), last used first."""
         """The dialect of each line template seen (the dialect regexes read a template's
         numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
@@ -218,10 +218,17 @@ class LossLogParser:
             rec.rank = rec.rank if rec.rank is not None else tag_rank
             self._locked = PATTERN
             return [self._point(rec, redraw=False)]
-        if self._pending is None and self._csv is None and self._columns is None:
-            for template in self._inert:
-                if lt.matches(template, text):
+        if self._csv is None and self._columns is None:
+            # a line of a template seen before on a plain line (see _remember): straight to its fields
+            for k, (template, inert) in enumerate(self._known):
+                known = lt.tokenize_as(template, text)
+                if known is None:
+                    continue
+                if k:
+                    self._known.insert(0, self._known.pop(k))
+                if inert and self._pending is None:
                     return []  # the same line as one that read as nothing, other numbers
+                return self._read_tokens(text, text, known, None, line_no, tag_rank)
         # a CSV row counts under a header, and a header names a step column (every step key has one of these)
         if "," in text and self._requested in (AUTO, "lightning-csv") and (self._csv is not None or _MAYBE_CSV_HEADER_RE.search(text)):
             csv_rec = self._csv_line(text)
@@ -255,14 +262,19 @@ class LossLogParser:
             tokens = maybe
         else:
             tokens = lt.tokenize(body)
+        if stamp is None:
+            self._remember(text, tokens)
+        return self._read_tokens(text, body, tokens, stamp, line_no, tag_rank)
+
+    def _read_tokens(
+        self, text: str, body: str, tokens: lt.Tokens, stamp: tuple[float, int, int] | None, line_no: int, tag_rank: int | None
+    ) -> list[LogEvent]:
+        wall = None if stamp is None else stamp[0]
         if self._pending is None and lt.is_metrics_only(tokens):
-            self._remember_inert(text, stamp is not None, tokens)
             return []  # a progress bar's it/s, a memory line: nothing to add them to
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
         if tokens.counter is None and not any(lt.meanings(tokens)):
-            if self._pending is None:
-                self._remember_inert(text, stamp is not None, tokens)
             return []
         if tokens.is_eval:
             self._in_eval = True
@@ -276,25 +288,26 @@ class LossLogParser:
             rec.fmt = self._dialect_of(text, tokens.template if stamp is None else None)
         return self._accept(rec, tag_rank)
 
-    def _remember_inert(self, text: str, stamped: bool, tokens: lt.Tokens) -> None:
-        """Keep the template of a line that read as nothing, when every line of it would.
+    def _remember(self, text: str, tokens: lt.Tokens) -> None:
+        """Keep the template of a plain line: its later lines go straight to their fields.
 
-        Its numbers change nothing that came before the fields (the template fixes every
-        other character): no timestamp (nor a run of numbers a timestamp could be), no
-        marker word, no dict, no CSV header cell.
+        Plain: the template fixes every character but the numbers' digits, and nothing read
+        before the fields depends on those here: no timestamp (nor a run of numbers a
+        timestamp could be), no marker word, no dict, no CSV header cell. ``inert``: the
+        line reads as nothing while no record is open (``logtokens.is_inert``).
         """
+        template = tokens.template
         if (
-            stamped
-            or not lt.is_inert(tokens)
+            template is None
             or "{" in text
             or _MAYBE_STAMP_RE.search(text)
             or any(h in text.lower() for h in _MARKER_HINTS)
             or ("," in text and _MAYBE_CSV_HEADER_RE.search(text))
-            or tokens.template in self._inert
+            or any(t is template for t, _inert in self._known)
         ):
             return
-        self._inert.insert(0, tokens.template)
-        del self._inert[_MAX_INERT:]
+        self._known.insert(0, (template, lt.is_inert(tokens)))
+        del self._known[_MAX_KNOWN:]
 
     def _dialect_of(self, text: str, template: object | None) -> str:
         if template is None:
@@ -482,7 +495,7 @@ class LossLogParser:
 #: A CSV header has a cell that is a step key (``CSV_STEP_KEYS`` all end so): one ends here.
 #: Numbers a timestamp could be made of, whatever their widths (``logtokens.timestamp_s``).
 _MAYBE_STAMP_RE = re.compile(r"\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")
-_MAX_INERT = 6
+_MAX_KNOWN = 8
 _MAYBE_CSV_HEADER_RE = re.compile(r"(?:step|iter|iteration)\s*\"?\s*(?:,|$)", re.IGNORECASE)
 _METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
 
