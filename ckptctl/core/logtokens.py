@@ -212,6 +212,8 @@ _MAX_TEMPLATES = 2048
 _RECENT: list[_Template] = []
 _MAX_RECENT = 4
 _MAX_PER_KEY = 4
+#: Longest line a template is made of (memory and compile time stay small: 2048 x 2 KB).
+_MAX_TEMPLATE_CHARS = 2048
 
 
 def _number_form(num: str) -> str:
@@ -326,7 +328,9 @@ def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
     found = _fields_slow(text)
     all_words = _WORDS_RE.findall(text.lower())
     num_numbers = len(_NUM_RE.findall(text))
-    if key in _SEEN_KEYS and len(_TEMPLATES.get(key, ())) < _MAX_PER_KEY:
+    if len(text) > _MAX_TEMPLATE_CHARS:
+        pass  # a hostile or odd long line: no template (its regex would cost more than it saves)
+    elif key in _SEEN_KEYS and len(_TEMPLATES.get(key, ())) < _MAX_PER_KEY:
         made = _make_template(text, found, all_words, num_numbers)
         if made is not None:
             if len(_TEMPLATES) >= _MAX_TEMPLATES:
