@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import math
+import random
+import re
 import resource
 import time
 from pathlib import Path
@@ -227,3 +229,112 @@ def test_mangled_lines_never_raise(seed: int) -> None:
             events += parser.feed("".join(chars))
         events += parser.flush()
         analyze(events, final=True)
+
+
+# -- the fast paths read exactly what the slow path reads ------------------------------------
+
+
+def _corpus_lines() -> list[str]:
+    out = []
+    for path in sorted(CORPUS.glob("*.log")) + sorted((CORPUS.parent / "losslogs").glob("*")):
+        if path.is_file():
+            for raw in path.read_text(errors="replace").split("\n"):
+                for part in raw.split("\r"):
+                    text, _rank = lt.clean_line(part)
+                    if text:
+                        out.append(text)
+    return out
+
+
+def _renumber(rng: random.Random, text: str) -> str:
+    """The line with each digit run replaced by one of another width (what the next step prints)."""
+    return re.sub(r"\d+", lambda m: str(rng.randrange(10 ** rng.randint(1, 7))).zfill(rng.choice((1, len(m.group())))), text)
+
+
+def _slow(text: str) -> tuple[list[lt.Field], int]:
+    found = lt._fields_slow(text)
+    return [f for f, _, _ in found], (len(lt._NUM_RE.findall(text)) if not found else -1)
+
+
+def _same_fields(a: list[lt.Field], b: list[lt.Field]) -> bool:
+    def norm(fs: list[lt.Field]) -> list[tuple[object, ...]]:
+        return [(f.key, "nan" if math.isnan(f.value) else f.value, f.total, f.unit) for f in fs]
+
+    return norm(a) == norm(b)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_templates_read_what_the_field_regex_reads(seed: int) -> None:
+    """A line that matches a learned template gets the fields the full regex finds, renumbered or not."""
+    rng = random.Random(seed)
+    lines = _corpus_lines()
+    hits = 0
+    for text in rng.sample(lines, min(len(lines), 1500)):
+        lt.tokenize(text)
+        lt.tokenize(text)  # a template is made when a shape comes back
+        for variant in (text, _renumber(rng, text), _renumber(rng, text)):
+            tokens = lt.tokenize(variant)
+            hits += tokens.template is not None
+            fields, num_numbers = _slow(variant)
+            assert _same_fields(list(tokens.fields), fields), (variant, tokens.fields, fields)
+            assert tokens.num_numbers == num_numbers, variant
+            assert tokens.is_eval == bool(set(lt._WORDS_RE.findall(variant.lower())) & lt.EVAL_LINE_WORDS)
+    assert hits > 1000  # the fast path was taken, not only the slow one
+
+
+def test_vocabulary_prefilter_keeps_every_meaningful_line() -> None:
+    """A line the prefilter drops has no field with a meaning and no counter (the corpus, renumbered too)."""
+    rng = random.Random(7)
+    dropped = 0
+    for text in _corpus_lines() + [_renumber(rng, t) for t in _corpus_lines()[::3]]:
+        if lt.tokenize_meaningful(text) is None:
+            dropped += 1
+            fields, _ = _slow(text)
+            assert not [f for f in fields if lt.classify_key(f.key, f.unit)], text
+            assert lt.tokenize(text).counter is None, text
+    assert dropped > 50  # chatter lines are in the corpus
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{'loss': 3.4833, 'grad_norm': 0.976377, 'learning_rate': 1.65e-05, 'epoch': 0.01, 'num_input_tokens_seen': 5242880}",
+        "{'loss': nan, 'grad_norm': -inf, 'epoch': 2.0}",
+        "{'train/loss': 0, 'step': 10, 'x': 1e+16}",
+        "{'a': 0123}",  # not Python: no dict
+        "{'a': 1,}",  # Python, but not the simple shape: the full reader
+        "{'a': 1e400, 'b': 123456789012345678901234567890}",
+    ],
+)
+def test_simple_dicts_read_as_literal_eval_reads_them(body: str) -> None:
+    import ast
+
+    fast = lt._simple_py_dict(body)
+    try:
+        slow = ast.literal_eval(lt._BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body))
+    except (ValueError, SyntaxError):
+        slow = None
+    if fast is not None:
+        assert fast == slow and [type(v) for v in fast.values()] == [type(v) for v in slow.values()]
+    assert lt.read_dict(body) == ((slow, "hf") if isinstance(slow, dict) else None)
+
+
+def _events_of(lines: list[str]) -> list[str]:
+    return [repr(e) for e in parse_lines(lines)]
+
+
+def test_fast_paths_change_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every corpus log, and a renumbered copy interleaved: the same events with no template at all."""
+    rng = random.Random(3)
+    logs = []
+    for path in sorted(CORPUS.glob("*.log")):
+        lines = path.read_text(errors="replace").split("\n")
+        mixed = [x for line in lines for x in ([line, _renumber(rng, line)] if rng.random() < 0.3 else [line])]
+        logs += [lines, mixed]
+    with_templates = [_events_of(lines) for lines in logs]
+    monkeypatch.setattr(lt, "_make_template", lambda *args: None)
+    monkeypatch.setattr(lt, "_TEMPLATES", {})
+    monkeypatch.setattr(lt, "_RECENT", [])
+    without = [_events_of(lines) for lines in logs]
+    assert with_templates == without
+    assert sum(map(len, without)) > 1000

@@ -50,11 +50,9 @@ def csv_name(cell: str) -> str:
 
 def csv_header(row: list[str]) -> CsvHeader | None:
     names = [csv_name(c) for c in row]
-    if any(parse_float(c) is not None for c in names if c):
-        return None
     step_col = next((names.index(k) for k in CSV_STEP_KEYS if k in names), None)
-    if step_col is None:
-        return None
+    if step_col is None or any(parse_float(c) is not None for c in names if c):
+        return None  # no step column, or a row of numbers
     keys = CSV_LOSS_KEYS
     if names == ["wall time", "step", "value"]:
         keys = ("value",)  # TensorBoard's scalar export: its one value column is the curve

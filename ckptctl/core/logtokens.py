@@ -19,7 +19,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Longest line read; the rest of a longer line is ignored (a 200 MB line cannot cost more).
 MAX_LINE_CHARS = 65536
@@ -36,11 +36,12 @@ _TIMESTAMP_RES = (
     re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,6}))?"),
     re.compile(r"\[(?P<mo>\d\d)/(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"),
 )
+#: Either of them (``timestamp_s`` then asks them in order).
+_ANY_TIMESTAMP_RE = re.compile(r"\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d")
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One ``key -> number`` read from a line."""
+class Field(NamedTuple):
+    """One ``key -> number`` read from a line (a tuple: millions are made)."""
 
     key: str
     """Lower-case words joined by ``_`` (``lm_loss``, ``elapsed_time_per_iteration_ms``)."""
@@ -50,14 +51,17 @@ class Field:
     unit: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Tokens:
+class Tokens(NamedTuple):
     fields: tuple[Field, ...]
     counter: tuple[int, int] | None
     """The first bare ``N/T`` (no key before it): a progress bar's batch of an epoch."""
-    words: tuple[str, ...]
-    """Every word of the line, lower-case (for event and header detection)."""
+    is_eval: bool
+    """A word of the line names an evaluation (``EVAL_LINE_WORDS``: ``val``, ``eval``, ...)."""
     num_numbers: int
+    """Numbers on the line when it has no field (-1 when it has)."""
+    template: object | None = None
+    """The template the line matched (``None``: read the slow way): lines with the same one
+    differ only in their numbers, so what depends on the text alone can be kept per template."""
 
 
 def clean_line(raw: str) -> tuple[str, int | None]:
@@ -131,27 +135,7 @@ _NUM_RE = re.compile(_NUM)
 
 #: Any number as the field reader sees one (the spans its groups capture).
 # (the leading look-ahead lets the engine skip most positions at C speed)
-_ANY_NUM_RE = re.compile(
-    r"(?=[-+.\dnNiI])(?:(?P<n>" + _NUM + r")|(?P<w>(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z])))"
-)
-#: Shapes of lines seen (numbers blanked) -> where their fields' numbers are: a log
-#: prints the same few templates millions of times; the field regex runs once per template.
-_SHAPES: dict[str, tuple[tuple[str, int, int, str], ...] | None] = {}
-_MAX_SHAPES = 4096
-
-
-_SPLIT_NUM_RE = re.compile(
-    r"(?=[-+.\dnNiI])(?:" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
-)
-
-
-def _shape(text: str) -> tuple[str, list[str]]:
-    """The line with its numbers blanked (and padding collapsed), and the numbers in order."""
-    pieces = _SPLIT_NUM_RE.split(text)
-    nums = _SPLIT_NUM_RE.findall(text)
-    kinds = "".join("w" if n[-1:].isalpha() else "n" for n in nums)
-    # padding (f"{step:8d}") changes with the numbers, never the fields
-    return " ".join("\x00".join(pieces).split()) + "\x01" + kinds, nums
+_ANY_NUM_RE = re.compile(r"(?=[-+.\dnNiI])(?:" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))")
 
 
 def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
@@ -184,38 +168,245 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
     return out
 
 
+# -- line templates: the fast path -------------------------------------------------------------
+#
+# A log prints the same few templates millions of times with other numbers in them.
+# The first time a line's template (its text with the numbers taken out) comes back,
+# the field regex's answer is kept with a regex of the template: the line's own
+# text, each number a group of the same form (sign, thousands separators, fraction,
+# exponent; nan/inf as written), runs of blanks of any width. A later line that
+# matches it whole has the same fields at the same numbers; one regex match (mostly
+# literal text, fast) replaces the field regex, the word scan and the number scan.
+# A line that matches no template takes the full path. The template is only made
+# from lines where that equivalence is plain: no digit outside the numbers, no digit in a key, every field's number and total exactly one number.
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Template:
+    regex: re.Pattern[str]
+    layout: tuple[tuple[str, int, int, str], ...]
+    """(key, index of the number, index of the total or -1, unit) per field."""
+    is_eval: bool
+    num_numbers: int
+    maybe_counter: bool
+    """A digit touches a ``/`` on both sides (``12/300``): look for a progress counter."""
+    kinds: frozenset[str]
+    meanings: tuple[tuple[str, int] | None, ...]
+    """``classify_key`` of each field, in order."""
+    """What its fields' keys mean (``classify_key`` reads only the key and unit)."""
+
+
+#: Lookup key of a line's template: the text without ASCII digits and blanks (templates may share one).
+_KEY_TABLE = str.maketrans("", "", "0123456789 \t")
+_MAYBE_COUNTER_RE = re.compile(r"\d/[\d?]")
+_EXP_PIECE_RE = re.compile(r"[eE][-+]?")
+_DIGIT_RE = re.compile(r"\d")
+_NONFINITE_RE = re.compile(r"nan|inf", re.IGNORECASE)
+_BLANKS_RE = re.compile(r"[ \t]+")
+_FORM_RE = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.?)(\d*)((?:[eE][-+]?\d+)?)")
+_TEMPLATES: dict[str, list[_Template]] = {}
+#: Keys seen once: a template is compiled when its key comes back (one-off lines cost no compile).
+_SEEN_KEYS: set[str] = set()
+_MAX_TEMPLATES = 2048
+#: The templates that matched last, newest first (tried before the key is even computed).
+_RECENT: list[_Template] = []
+_MAX_RECENT = 4
+_MAX_PER_KEY = 4
+#: Longest line a template is made of (memory and compile time stay small: 2048 x 2 KB).
+_MAX_TEMPLATE_CHARS = 2048
+
+
+def _number_form(num: str) -> str:
+    """A regex for numbers of ``num``'s form (what ``_NUM`` would read there, and nothing else)."""
+    m = _FORM_RE.fullmatch(num)
+    if m is None or not any(c.isdigit() for c in num):
+        return re.escape(num)  # nan, -inf, Infinity: as written
+    sign, whole, dot, frac, exp = m.groups()
+    out = re.escape(sign)
+    if "," in whole:
+        out += r"\d{1,3}(?:,\d{3})+"
+    elif whole:
+        out += r"\d+"
+    if dot:
+        out += r"\.\d+" if frac else r"\."
+    if exp:
+        out += re.escape(exp[:2]) + r"\d+" if exp[1] in "+-" else re.escape(exp[0]) + r"\d+"
+    # No look-around as ``_NUM`` has: the text around the number is the template's own,
+    # where it held (its pieces hold no digit, so a greedy form takes the whole number).
+    return out
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    return a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+
+def _literal(piece: str) -> str:
+    return "[ \t]+".join(re.escape(p) for p in _BLANKS_RE.split(piece))
+
+
+def _make_template(text: str, found: list[tuple[Field, int, int]], words: list[str], num_numbers: int) -> _Template | None:
+    spans = [(m.start(), m.end(), m.group()) for m in _ANY_NUM_RE.finditer(text)]
+    index = {start: k for k, (start, _end, _num) in enumerate(spans)}
+    layout = []
+    for f, a, b in found:
+        if a not in index or (b >= 0 and b not in index) or any(c.isdigit() for c in f.key):
+            return None
+        layout.append((f.key, index[a], index[b] if b >= 0 else -1, f.unit))
+    pieces: list[str] = []
+    pos = 0
+    for start, end, _num in spans:
+        pieces.append(text[pos:start])
+        pos = end
+    pieces.append(text[pos:])
+    if any(c.isdigit() for p in pieces for c in p):
+        return None  # digits no number took (a version 2.5.1): their reading depends on their neighbours
+    if any(p in (",", ".") or _EXP_PIECE_RE.fullmatch(p) for p in pieces[1:-1]):
+        return None  # "3,5071" is two numbers, "16,507" one: where numbers meet, widths matter
+    for f, (_key, i, j, _unit) in zip((f for f, _, _ in found), layout, strict=True):
+        # the field regex read exactly these numbers (not a part of one, not two)
+        if not _same(parse_float(spans[i][2]), f.value) or (j >= 0 and not _same(parse_float(spans[j][2]), f.total)):
+            return None
+    body = "".join(_literal(p) + "(" + _number_form(num) + ")" for p, (_s, _e, num) in zip(pieces, spans, strict=False))
+    try:
+        regex = re.compile(body + _literal(pieces[-1]))
+    except re.error:
+        return None
+    maybe_counter = _MAYBE_COUNTER_RE.search(text) is not None
+    meanings = tuple(classify_key(k, u) for k, _i, _j, u in layout)
+    kinds = frozenset(m[0] for m in meanings if m is not None)
+    is_eval = bool(set(words) & EVAL_LINE_WORDS)
+    return _Template(regex, tuple(layout), is_eval, num_numbers, maybe_counter, kinds, meanings)
+
+
 def tokenize(text: str) -> Tokens:
     """The fields of one cleaned line (see the module docstring)."""
-    text = text[:MAX_LINE_CHARS]
-    shape, nums = _shape(text)
-    layout = _SHAPES.get(shape)
-    fields: list[Field] = []
-    if layout is not None:
-        for key, i, j, unit in layout:
-            value = parse_float(nums[i])
-            if value is None:
-                layout = None
+    tokens = _tokenize(text[:MAX_LINE_CHARS], skip_meaningless=False)
+    assert tokens is not None  # (only a skip returns None)
+    return tokens
+
+
+def tokenize_meaningful(text: str) -> Tokens | None:
+    """``tokenize``, or None for a line no key of which can mean anything and that has no ``N/T`` counter.
+
+    The check is cheap (the line's letter runs against ``KEY_VOCABULARY``), done only when
+    no template matched: NCCL chatter, warnings and tracebacks skip the field regex.
+    """
+    return _tokenize(text[:MAX_LINE_CHARS], skip_meaningless=True)
+
+
+def _is_meaningless(text: str) -> bool:
+    # ASCII only: a non-ASCII letter could lower-case into a vocabulary word (K, the Kelvin sign)
+    return (
+        text.isascii()
+        and _VOCABULARY.isdisjoint(_LETTER_RUNS_RE.findall(text.lower()))
+        and _MAYBE_COUNTER_RE.search(text) is None
+    )
+
+
+def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
+    if _DIGIT_RE.search(text) is None and _NONFINITE_RE.search(text) is None:
+        # no number, so no field and no counter: only the words matter
+        return Tokens((), None, not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(text.lower())), 0)
+    m = None
+    for template in _RECENT:  # the last templates that matched: most lines are one of them
+        m = template.regex.fullmatch(text)
+        if m is not None:
+            break
+    key = ""
+    if m is None:
+        key = text.translate(_KEY_TABLE)
+        for template in _TEMPLATES.get(key, ()):
+            m = template.regex.fullmatch(text)
+            if m is not None:
+                _RECENT.insert(0, template)
+                del _RECENT[_MAX_RECENT:]
                 break
-            fields.append(Field(key, value, parse_float(nums[j]) if j >= 0 else None, unit))
-    if layout is None:
-        found = _fields_slow(text)
-        fields = [f for f, _, _ in found]
-        index = {m.start(): k for k, m in enumerate(_ANY_NUM_RE.finditer(text))}
-        if all(a in index and (b < 0 or b in index) for _, a, b in found):
-            if len(_SHAPES) >= _MAX_SHAPES:
-                _SHAPES.clear()
-            _SHAPES[shape] = tuple((f.key, index[a], index[b] if b >= 0 else -1, f.unit) for f, a, b in found)
-    counter: tuple[int, int] | None = None
+    if m is not None:
+        return _from_match(template, m, text)
+    if skip_meaningless and _is_meaningless(text):
+        return None
+    found = _fields_slow(text)
+    all_words = _WORDS_RE.findall(text.lower())
+    num_numbers = len(_NUM_RE.findall(text))
+    if len(text) > _MAX_TEMPLATE_CHARS:
+        pass  # a hostile or odd long line: no template (its regex would cost more than it saves)
+    elif key in _SEEN_KEYS and len(_TEMPLATES.get(key, ())) < _MAX_PER_KEY:
+        made = _make_template(text, found, all_words, num_numbers)
+        if made is not None:
+            if len(_TEMPLATES) >= _MAX_TEMPLATES:
+                _TEMPLATES.clear()
+            _TEMPLATES.setdefault(key, []).append(made)
+    else:
+        if len(_SEEN_KEYS) >= 4 * _MAX_TEMPLATES:
+            _SEEN_KEYS.clear()
+        _SEEN_KEYS.add(key)
+    is_eval = not EVAL_LINE_WORDS.isdisjoint(all_words)
+    return Tokens(tuple(f for f, _, _ in found), _counter(text), is_eval, num_numbers if not found else -1)
+
+
+#: Meanings that make a line a record (or a state change) on their own; the others (metrics,
+#: rank, time) only join a record being assembled.
+_RECORD_KINDS = frozenset({"step", "loss", "eval", "epoch", "nan_count"})
+
+
+def is_metrics_only(tokens: Tokens) -> bool:
+    """The line's template has fields, none a step, loss, epoch or evaluation, and no evaluation word.
+
+    Such a line can only add metrics to a record being assembled: with none open it reads
+    as nothing, and the reader skips its classification.
+    """
+    t = tokens.template
+    return isinstance(t, _Template) and bool(t.layout) and not t.is_eval and t.kinds.isdisjoint(_RECORD_KINDS)
+
+
+def meanings(tokens: Tokens) -> tuple[tuple[str, int] | None, ...]:
+    """``classify_key`` of each field (kept with the line's template)."""
+    t = tokens.template
+    if isinstance(t, _Template):
+        return t.meanings
+    return tuple(classify_key(f.key, f.unit) for f in tokens.fields)
+
+
+def is_inert(tokens: Tokens) -> bool:
+    """Every line of this one's template reads as nothing while no record is open.
+
+    Metrics only (``is_metrics_only``), or fields that mean nothing and no progress counter.
+    """
+    t = tokens.template
+    if not isinstance(t, _Template) or not t.layout:
+        return False
+    return is_metrics_only(tokens) or (not t.kinds and not t.maybe_counter)
+
+
+def tokenize_as(template: object, text: str) -> Tokens | None:
+    """``tokenize(text)`` when ``text`` is a line of ``template`` (a ``Tokens.template``), else None."""
+    if not isinstance(template, _Template):
+        return None
+    m = template.regex.fullmatch(text)
+    return None if m is None else _from_match(template, m, text)
+
+
+def _from_match(template: _Template, m: re.Match[str], text: str) -> Tokens:
+    nums = m.groups()
+    # every group is a number of _NUM's shape: float() reads it once thousands commas are gone
+    fields = [Field(fkey, _float(nums[i]), _float(nums[j]) if j >= 0 else None, unit) for fkey, i, j, unit in template.layout]
+    counter = _counter(text) if template.maybe_counter else None
+    return Tokens(tuple(fields), counter, template.is_eval, template.num_numbers if not fields else -1, template)
+
+
+def _float(num: str) -> float:
+    return float(num if "," not in num else num.replace(",", ""))
+
+
+def _counter(text: str) -> tuple[int, int] | None:
+    """The first bare ``N/T`` (``N/?``: an unknown total, 0)."""
     c = _COUNTER_RE.search(text) if "/" in text else None
-    if c is not None:
-        n, t = int(c.group("n")), c.group("t")
-        if t == "?":
-            counter = (n, 0)
-        elif 0 <= n <= int(t):
-            counter = (n, int(t))
-    all_words = tuple(_WORDS_RE.findall(text.lower()))
-    num_numbers = len(_NUM_RE.findall(text)) if not fields else -1
-    return Tokens(tuple(fields), counter, all_words, num_numbers)
+    if c is None:
+        return None
+    n, t = int(c.group("n")), c.group("t")
+    if t == "?":
+        return n, 0
+    return (n, int(t)) if 0 <= n <= int(t) else None
 
 
 # -- dict lines ----------------------------------------------------------------------------
@@ -238,6 +429,9 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
         if isinstance(doc, dict):
             return doc, "jsonl"
     if "'" in body:
+        simple = _simple_py_dict(body)
+        if simple is not None:
+            return simple, "hf"
         body = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body)
         try:
             doc = ast.literal_eval(body)  # literals only: nothing in the log can run
@@ -246,6 +440,28 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
         if isinstance(doc, dict):
             return doc, "hf"
     return None
+
+
+# HF Trainer prints ``str(dict)`` of plain keys and numbers; such a line is read with one regex
+# (what ``ast.literal_eval`` would give: only shapes Python itself accepts and repr prints).
+_PY_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|nan|-?inf"
+_PY_PAIR = r"'([A-Za-z0-9_ ./-]*)':[ \t]*(" + _PY_NUMBER + r")"
+_PY_DICT_RE = re.compile(r"\{[ \t]*" + _PY_PAIR + r"(?:[ \t]*,[ \t]*" + _PY_PAIR + r")*[ \t]*\}")
+_PY_PAIR_RE = re.compile(_PY_PAIR)
+
+
+def _simple_py_dict(body: str) -> dict[str, Any] | None:
+    if _PY_DICT_RE.fullmatch(body) is None:
+        return None
+    doc: dict[str, Any] = {}
+    for key, num in _PY_PAIR_RE.findall(body):
+        if num in ("nan", "inf", "-inf"):
+            doc[key] = num  # as the bare non-finite rewrite gives them: strings
+        elif "." in num or "e" in num:
+            doc[key] = float(num)
+        else:
+            doc[key] = int(num)
+    return doc
 
 
 def dict_fields(doc: dict[str, Any]) -> tuple[Field, ...]:
@@ -286,6 +502,22 @@ def _value(key: str, value: Any) -> Field | None:
 
 # -- what a key means ----------------------------------------------------------------------
 
+#: Every word ``classify_key`` answers on (and the evaluation words a line is skipped for):
+#: a key whose words hold none of them means nothing. Kept next to ``classify_key``; a
+#: test checks that every key it classifies in the corpora holds one.
+KEY_VOCABULARY: tuple[str, ...] = (
+    "loss", "rank", "lr", "learning", "norm", "gnorm", "scale", "scaler", "mfu", "tflop", "tflops",
+    "tps", "wps", "tok", "token", "tokens", "ntokens", "words", "sample", "samples", "sps", "ups",
+    "it", "step", "steps", "globalstep", "iter", "iteration", "iterations", "global", "updates",
+    "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
+    "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
+)  # fmt: skip
+#: A line that can carry a field with a meaning has a vocabulary word between non-letters
+#: (a key's words are split at ``_ . / -`` and blanks; a digit or other sign next to a
+#: word only makes it longer, never shorter).
+_VOCABULARY = frozenset(KEY_VOCABULARY)
+_LETTER_RUNS_RE = re.compile(r"[a-z]+")
+
 STEP = "step"
 EPOCH = "epoch"
 LOSS = "loss"
@@ -320,14 +552,19 @@ _LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss"
 _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
 
 
-def _split(key: str) -> list[str]:
-    return [w for w in re.split(r"[_\s/.\-]+", key) if w]
+_KEY_SPLIT_RE = re.compile(r"[_\s/.\-]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def key_words(key: str) -> tuple[str, ...]:
+    """The words of a key (``lm_loss`` -> ``lm``, ``loss``)."""
+    return tuple(w for w in _KEY_SPLIT_RE.split(key) if w)
 
 
 @functools.lru_cache(maxsize=4096)
 def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     """(meaning, rank: lower is preferred) of a field's key, or None for anything else."""
-    words = _split(key)
+    words = list(key_words(key))
     if not words:
         return None
     wset = set(words)
@@ -390,9 +627,18 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _minute_s(year: int, month: int, day: int, hour: int, minute: int) -> int:
+    # timegm is arithmetic past the month (day, hour and seconds are added as they are):
+    # one call a minute, not one a line
+    return calendar.timegm((year, month, day, hour, minute, 0, 0, 0, 0))
+
+
 def timestamp_s(text: str) -> tuple[float, int, int] | None:
     """(seconds, start, end) of a timestamp near the line's start (UTC calendar arithmetic; no clock)."""
     head = text[:64]
+    if _ANY_TIMESTAMP_RE.search(head) is None:
+        return None  # the common case: one scan, not one per shape
     for i, regex in enumerate(_TIMESTAMP_RES):
         m = regex.search(head)
         if m is None:
@@ -400,7 +646,7 @@ def timestamp_s(text: str) -> tuple[float, int, int] | None:
         g = m.groupdict()
         year = int(g["y"]) if i == 0 else 2001  # detectron2 prints no year
         try:
-            base = calendar.timegm((year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"]), int(g["s"]), 0, 0, 0))
+            base = _minute_s(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"])) + int(g["s"])
         except (ValueError, OverflowError):
             return None
         frac = g.get("f")

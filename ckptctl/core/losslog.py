@@ -41,6 +41,7 @@ from typing import Any
 
 from ckptctl.core import logtokens as lt
 from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
+from ckptctl.core.logevents import MARKER_HINTS as _MARKER_HINTS
 from ckptctl.core.logevents import METRICS, LogEvent, LossPoint, ResumeMarker, match_marker
 from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -155,6 +156,11 @@ class LossLogParser:
         self._epoch_ctx: int | None = None
         self._last_bar_step: int | None = None
         self._pending: _Record | None = None
+        self._dialects: dict[object, str] = {}
+        self._known: list[tuple[object, bool]] = []
+        """Templates of plain lines (and whether they read as nothing while no record is open), last used first."""
+        """The dialect of each line template seen (the dialect regexes read a template's
+        numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
         self._indented = False
         self.num_lines = 0
@@ -212,7 +218,19 @@ class LossLogParser:
             rec.rank = rec.rank if rec.rank is not None else tag_rank
             self._locked = PATTERN
             return [self._point(rec, redraw=False)]
-        if "," in text and self._requested in (AUTO, "lightning-csv"):
+        if self._csv is None and self._columns is None:
+            # a line of a template seen before on a plain line (see _remember): straight to its fields
+            for k, (template, inert) in enumerate(self._known):
+                known = lt.tokenize_as(template, text)
+                if known is None:
+                    continue
+                if k:
+                    self._known.insert(0, self._known.pop(k))
+                if inert and self._pending is None:
+                    return []  # the same line as one that read as nothing, other numbers
+                return self._read_tokens(text, text, known, None, line_no, tag_rank)
+        # a CSV row counts under a header, and a header names a step column (every step key has one of these)
+        if "," in text and self._requested in (AUTO, "lightning-csv") and (self._csv is not None or _MAYBE_CSV_HEADER_RE.search(text)):
             csv_rec = self._csv_line(text)
             if csv_rec is not None:
                 if csv_rec.loss is None:
@@ -236,26 +254,75 @@ class LossLogParser:
             return self._accept(rec, tag_rank)
         if "{" in body and "}" in body:
             return []  # a template or code ({step:2d}), or a dict that did not parse
-        tokens = lt.tokenize(body)
+        if self._columns is None:
+            # no word a key could mean something by, no progress counter, no table: nothing to read
+            maybe = lt.tokenize_meaningful(body)
+            if maybe is None:
+                return []
+            tokens = maybe
+        else:
+            tokens = lt.tokenize(body)
+        if stamp is None:
+            self._remember(text, tokens)
+        return self._read_tokens(text, body, tokens, stamp, line_no, tag_rank)
+
+    def _read_tokens(
+        self, text: str, body: str, tokens: lt.Tokens, stamp: tuple[float, int, int] | None, line_no: int, tag_rank: int | None
+    ) -> list[LogEvent]:
+        wall = None if stamp is None else stamp[0]
+        if self._pending is None and lt.is_metrics_only(tokens):
+            return []  # a progress bar's it/s, a memory line: nothing to add them to
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
-        if tokens.counter is None and not any(f for f in tokens.fields if lt.classify_key(f.key, f.unit)):
+        if tokens.counter is None and not any(lt.meanings(tokens)):
             return []
-        if set(tokens.words) & lt.EVAL_LINE_WORDS:
+        if tokens.is_eval:
             self._in_eval = True
             return self._emit_pending()
         rec = self._classify(tokens)
         if rec is None:
             return []
         rec.line_no, rec.wall = line_no, wall
-        rec.fmt = _dialect(text, self._locked)
+        if rec.step is not None:
+            # only a record with a step keeps its format (a line without one merges or is dropped)
+            rec.fmt = self._dialect_of(text, tokens.template if stamp is None else None)
         return self._accept(rec, tag_rank)
+
+    def _remember(self, text: str, tokens: lt.Tokens) -> None:
+        """Keep the template of a plain line: its later lines go straight to their fields.
+
+        Plain: the template fixes every character but the numbers' digits, and nothing read
+        before the fields depends on those here: no timestamp (nor a run of numbers a
+        timestamp could be), no marker word, no dict, no CSV header cell. ``inert``: the
+        line reads as nothing while no record is open (``logtokens.is_inert``).
+        """
+        template = tokens.template
+        if (
+            template is None
+            or "{" in text
+            or _MAYBE_STAMP_RE.search(text)
+            or any(h in text.lower() for h in _MARKER_HINTS)
+            or ("," in text and _MAYBE_CSV_HEADER_RE.search(text))
+            or any(t is template for t, _inert in self._known)
+        ):
+            return
+        self._known.insert(0, (template, lt.is_inert(tokens)))
+        del self._known[_MAX_KNOWN:]
+
+    def _dialect_of(self, text: str, template: object | None) -> str:
+        if template is None:
+            return _dialect(text, self._locked)
+        name = self._dialects.get(template)
+        if name is None:
+            if len(self._dialects) >= 1024:
+                self._dialects.clear()
+            name = self._dialects[template] = _dialect(text, self._locked)
+        return name
 
     def _no_fields(
         self, body: str, tokens: lt.Tokens, line_no: int, tag_rank: int | None
     ) -> list[LogEvent]:
-        words = set(tokens.words)
-        if words & lt.EVAL_LINE_WORDS:
+        if tokens.is_eval:
             self._in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
             return self._emit_pending()
         # a column header: words only, a step and a loss among them
@@ -270,7 +337,7 @@ class LossLogParser:
             values = [parse_float(p) for p in parts]
             if all(v is not None for v in values):
                 fields = tuple(lt.Field(k.lower(), v) for k, v in zip(self._columns, values, strict=True) if v is not None)
-                rec = self._classify(lt.Tokens(fields, None, (), len(fields)))
+                rec = self._classify(lt.Tokens(fields, None, False, len(fields)))
                 if rec is not None:
                     rec.line_no, rec.fmt = line_no, "columns"
                     return self._accept(rec, tag_rank)
@@ -281,8 +348,7 @@ class LossLogParser:
         step_rank = 99
         nan_count = 0.0
         epoch_total: float | None = None
-        for f in tokens.fields:
-            meaning = lt.classify_key(f.key, f.unit)
+        for f, meaning in zip(tokens.fields, lt.meanings(tokens), strict=True):
             if meaning is None:
                 continue
             kind, rank = meaning
@@ -307,7 +373,7 @@ class LossLogParser:
                 if f.value > 1e8:
                     rec.wall = f.value  # a "time" field holding a Unix time
                     continue
-                ms = "ms" in lt._split(f.key) or f.unit.startswith("ms") or f.key.startswith("ms")
+                ms = "ms" in lt.key_words(f.key) or f.unit.startswith("ms") or f.key.startswith("ms")
                 rec.metrics.setdefault(lt.SEC_PER_STEP, f.value / 1000 if ms else f.value)
             else:
                 rec.metrics.setdefault(kind, f.value)
@@ -426,6 +492,11 @@ class LossLogParser:
         return rec
 
 
+#: A CSV header has a cell that is a step key (``CSV_STEP_KEYS`` all end so): one ends here.
+#: Numbers a timestamp could be made of, whatever their widths (``logtokens.timestamp_s``).
+_MAYBE_STAMP_RE = re.compile(r"\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")
+_MAX_KNOWN = 8
+_MAYBE_CSV_HEADER_RE = re.compile(r"(?:step|iter|iteration)\s*\"?\s*(?:,|$)", re.IGNORECASE)
 _METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
 
 
