@@ -175,17 +175,20 @@ def _make_5000(root: Path, template: Path, num_steps: int) -> None:
 
 
 def bench_locate(quick: bool) -> dict[str, float]:
-    from ckptctl.ops.checkpoints import find_latest_complete
+    from ckptctl.ops.checkpoints import CheckOptions, find_latest_complete
 
+    # The template holds weights only: accept model-only checkpoints, since this measures the
+    # cost of probing newest first, not locate's resume policy (which passes over them).
+    opts = CheckOptions(include_model_only=True)
     num = 1000 if quick else 5000
     template = DATA / "tiny_template"
     write_checkpoint(template, num_tensors=4, numel=256, many_files=False)
     root = DATA / f"root_{num}"
     _make_5000(root, template, num)
     (root / "DONE").unlink()
-    t_local = _timeit(lambda: find_latest_complete(str(root)))
+    t_local = _timeit(lambda: find_latest_complete(str(root), options=opts))
     (root / "DONE").write_text("")
-    res = find_latest_complete(str(root))
+    res = find_latest_complete(str(root), options=opts)
     assert res.checkpoint is not None
     print(f"locate over {num} step dirs (2 newest broken):")
     print(f"  local disk          {t_local * 1000:8.1f} ms  -> {res.checkpoint.name}")
@@ -230,7 +233,7 @@ def bench_locate(quick: bool) -> dict[str, float]:
         print(f"  (uploaded {len(payload)} objects in {time.perf_counter() - t_up:.0f} s)")
         counter["n"] = 0
         t0 = time.perf_counter()
-        res = find_latest_complete("s3://bench/run")
+        res = find_latest_complete("s3://bench/run", options=opts)
         t_s3 = time.perf_counter() - t0
         n_req = counter["n"]
         print(f"  S3 (moto, 127.0.0.1) {t_s3 * 1000:7.1f} ms, {n_req} HTTP requests -> {res.checkpoint.name if res.checkpoint else None}")
