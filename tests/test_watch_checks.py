@@ -16,6 +16,7 @@ from ckptctl.core.watch import (
     LOSS_SCALE_RESTART,
     LOST_LOG_LINES,
     RELATIVE_COUNTER,
+    REPLAYED,
     SCHEDULE_RESET,
     SELF_BASELINE,
     SKIPPED,
@@ -193,3 +194,35 @@ def test_adaptive_window_decides_a_complete_short_log_but_not_a_live_one() -> No
     live = analyze(parse_lines(lines))
     assert live.verdict == INSUFFICIENT and not live.decided
     assert judge(run_log(until=1230)).verdict == INSUFFICIENT  # 3 points: too few even for a complete log
+
+
+def _with_save(lines: list[str], save: int) -> list[str]:
+    """The log with a save line for step ``save`` right after that step's line."""
+    at = next(i for i, text in enumerate(lines) if f"step {save} |" in text)
+    return [*lines[: at + 1], f"  successfully saved checkpoint from iteration {save:8d} to /ckpt/run", *lines[at + 1 :]]
+
+
+# The restore line's step against the log's own facts: (saved before the crash, restored,
+# --resume-step, expected verdict, text in a note or finding)
+MARKER_STEPS = [
+    (1100, 1200, None, CONTINUOUS, None),  # the last save is the one restored
+    (1250, 1200, None, REPLAYED, "trained again"),  # an older checkpoint than the last saved one
+    (1250, 1200, 1200, CONTINUOUS, "fall-back"),  # ... named by --resume-step: deliberate
+]
+
+
+@pytest.mark.parametrize(("saved", "restored", "given", "verdict", "text"), MARKER_STEPS)
+def test_restore_step_against_the_last_save(saved: int, restored: int, given: int | None, verdict: str, text: str | None) -> None:
+    r = judge(_with_save(run_log(ckpt=restored), saved), resume_step=given)
+    assert r.verdict == verdict, (r.findings, r.notes)
+    if text is not None:
+        assert any(text in s for s in [*r.notes, *(f.message for f in r.findings)])
+
+
+def test_restore_step_past_the_last_step_reached_is_skipped() -> None:
+    # the log reached 1300; the restore line names 2300: 1000 steps (500 s) in a 300 s restart
+    r = judge(run_log(ckpt=2300, until=2600))
+    assert r.verdict == SKIPPED and "only reached step 1300" in r.findings[0].message
+    # 1500 (100 s of steps) fits in the 300 s the restart took: the log lost its tail
+    r = judge(run_log(ckpt=1500, until=1800))
+    assert r.verdict == CONTINUOUS and any("lost its tail" in n for n in r.notes)
