@@ -553,8 +553,11 @@ NAN_COUNT = "nan_count"
 WALL = "wall"
 
 _EVAL_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "test", "testing", "dev"})
-#: An evaluation word as a key with no value yet (LitGPT's "val: n/a"): not an evaluation line.
-_EVAL_NO_VALUE_RE = re.compile(r"(?i)\b(?:val|valid|validation|eval|evaluation)[ \t]*[:=][ \t]*(?:n/a|na|none|null|-+)(?![\w/])")
+#: An evaluation word used as a key, with a value or none yet (LitGPT's "loss train: 2.3, val: n/a"
+#: or "val: 2.4"): that field is the evaluation, not the line (its other fields are training ones).
+_EVAL_NO_VALUE_RE = re.compile(
+    r"(?i)\b(?:val|valid|validation|eval|evaluation)[ \t]*[:=][ \t]*(?:n/a|na|none|null|-+(?![\d.])|" + _NUM + r")(?![\w/])"
+)
 #: Any of these words on a text line makes it an evaluation line (fairseq's "| valid | ... | loss 5.2 |").
 EVAL_LINE_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating"})
 _NOT_LOSS_WORDS = frozenset({"scale", "aux", "auxiliary", "balance", "router", "z", "epoch", "function", "fn", "type", "weight", "weights", "coef", "ratio"})
