@@ -226,3 +226,41 @@ def test_restore_step_past_the_last_step_reached_is_skipped() -> None:
     # 1500 (100 s of steps) fits in the 300 s the restart took: the log lost its tail
     r = judge(run_log(ckpt=1500, until=1800))
     assert r.verdict == CONTINUOUS and any("lost its tail" in n for n in r.notes)
+
+
+def _llmc_style(*, crash: int | None, until: int, jump: float = 0.0, banner_again: bool = True) -> list[str]:
+    """An llm.c-style run: a parameter table, then "step N/T | loss ..." lines; a relaunch
+    prints the table again and the counter carries on (no restore line)."""
+    banner = ["+----------------+------------+", "| Parameter      | Value      |", "| batch size B   | 32         |",
+              "| max seq len T  | 512        |", "+----------------+------------+", "num_parameters: 124475904"]
+    rng = random.Random(3)
+    lines = [*banner, "val loss 7.1102"]
+    for s in range(1, until + 1):
+        if s % 100 == 0:
+            lines.append(f"val loss {curve(s) + 0.05:.4f}")
+        if crash is not None and s == crash + 1:
+            lines.append("srun: error: node-[REDACTED]: task 0: Exited with exit code 1")
+            if banner_again:
+                lines.extend(banner)
+        loss = curve(s) * (1 + rng.gauss(0, 0.005)) + (jump if crash is not None and s > crash else 0.0)
+        lines.append(f"step {s:4d}/5000 | loss {loss:.6f} | norm 1.0312 | lr 3.00e-04 | 171.20 ms | 3061255 tok/s")
+    return lines
+
+
+# (crash, jump, banner printed again, verdict, resume found)
+RESTARTS = [
+    (None, 0.0, False, INSUFFICIENT, False),  # one run; periodic "val loss" lines are not a restart
+    (400, 0.0, True, CONTINUOUS, True),  # relaunched, counter carries on, loss continuous
+    (400, 1.5, True, SPIKE, True),  # relaunched, loss level up: judged at the restart
+]
+
+
+@pytest.mark.parametrize(("crash", "jump", "banner", "verdict", "found"), RESTARTS)
+def test_a_restart_without_restore_line_is_found_from_the_start_up_lines(
+    crash: int | None, jump: float, banner: bool, verdict: str, found: bool
+) -> None:
+    r = judge(_llmc_style(crash=crash, until=600, jump=jump, banner_again=banner))
+    assert r.verdict == verdict, (r.explanation, r.findings)
+    assert (r.first_resumed_step == 401) is found
+    if found:
+        assert any("start-up lines printed again" in e for e in r.explanation)

@@ -42,7 +42,14 @@ from typing import Any
 from ckptctl.core import logtokens as lt
 from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.logevents import MARKER_HINTS as _MARKER_HINTS
-from ckptctl.core.logevents import METRICS, LogEvent, LossPoint, ResumeMarker, match_marker
+from ckptctl.core.logevents import (
+    METRICS,
+    LogEvent,
+    LossPoint,
+    RestartDetector,
+    ResumeMarker,
+    match_marker,
+)
 from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
 __all__ = [
@@ -162,6 +169,7 @@ class LossLogParser:
         """The dialect of each line template seen (the dialect regexes read a template's
         numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
+        self._restarts = RestartDetector()
         self._indented = False
         self.num_lines = 0
         self.num_long_lines = 0
@@ -193,6 +201,9 @@ class LossLogParser:
             if text:
                 self._indented = part[:1].isspace() or text[:1] in "|>-*"
                 found = self._feed_text(text, tag_rank, line_no)
+                restart = self._restarts.see(text, found, line_no, self._pending is not None)
+                if restart is not None:
+                    found = [*self._emit_pending(), restart]
                 events.extend(found)
                 if not found and len(self.unread_samples) < 3 and _looks_like_metrics(text):
                     self.unread_samples.append(f"line {line_no}: {text[:80]!r}")

@@ -57,7 +57,7 @@ def assign_steps(
         restart_pending = bool(numbered)
         for event in events:
             if isinstance(event, ResumeMarker):
-                if event.kind != "restore":
+                if event.kind not in ("restore", "restart"):
                     continue  # a save line is information, not a new run
                 items.append(Item(source, None, event))
                 restart_pending = bool(numbered)
