@@ -264,3 +264,45 @@ def test_a_restart_without_restore_line_is_found_from_the_start_up_lines(
     assert (r.first_resumed_step == 401) is found
     if found:
         assert any("start-up lines printed again" in e for e in r.explanation)
+
+
+def _lightning_bars(*, restored: str, jump: float = 0.0) -> list[str]:
+    """Lightning progress bars (epoch-relative counters, 200 batches an epoch, the last
+    validation loss in the postfix from epoch 1 on), a crash in epoch 3, a restore line
+    naming the checkpoint by its path (``epoch=E-step=S.ckpt``), epoch 3 again."""
+    rng = random.Random(5)
+
+    def bars(epoch: int, upto: int, shift: float = 0.0) -> str:
+        parts = [f"Epoch {epoch}:   0%|          | 0/200 [00:00<?, ?it/s]"]
+        for n in range(10, upto + 1, 10):
+            s = epoch * 200 + n
+            post = f"v_num=3, train_loss_step={curve(s) * (1 + rng.gauss(0, 0.01)) + shift:.3f}, lr=0.01"
+            if epoch:
+                post += f", val_loss={curve(epoch * 200) + 0.1:.3f}, train_loss_epoch={curve(epoch * 200):.3f}"
+            parts.append(f"Epoch {epoch}:  {n // 2:2d}%|#         | {n}/200 [00:{n // 10:02d}<00:30, 6.10it/s, {post}]")
+        return "\r".join(parts)
+
+    lines = []
+    for epoch in range(3):
+        lines.append(bars(epoch, 200))
+        lines.append("Validation DataLoader 0: 100%|##########| 20/20 [00:02<00:00, 9.8it/s]")
+    lines.append(bars(3, 120))
+    lines.append("slurmstepd: error: *** STEP 4411.0 ON node-[REDACTED] CANCELLED DUE TO NODE FAILURE ***")
+    lines.append(f"Restoring states from the checkpoint path at /scratch/ckpt/{restored}")
+    lines.append(bars(3, 200, jump))
+    return lines
+
+
+# (checkpoint path, loss shift after the resume, verdict)
+LIGHTNING_RESUMES = [
+    ("epoch=2-step=600.ckpt", 0.0, CONTINUOUS),  # epoch 3 starts again at 0/200: step 600 + n
+    ("epoch=2-step=600.ckpt", 1.5, SPIKE),
+    ("epoch=1-step=400.ckpt", 0.0, SKIPPED),  # weights of step 400, counters from 600: 401..609 never trained
+]
+
+
+@pytest.mark.parametrize(("restored", "jump", "verdict"), LIGHTNING_RESUMES)
+def test_epoch_relative_bars_with_a_restore_path(restored: str, jump: float, verdict: str) -> None:
+    r = judge(_lightning_bars(restored=restored, jump=jump))
+    assert r.verdict == verdict, (r.explanation, r.findings)
+    assert r.first_resumed_step == 610

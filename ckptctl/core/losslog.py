@@ -359,6 +359,7 @@ class LossLogParser:
         step_rank = 99
         nan_count = 0.0
         epoch_total: float | None = None
+        saw_eval = False
         for f, meaning in zip(tokens.fields, lt.meanings(tokens), strict=True):
             if meaning is None:
                 continue
@@ -370,8 +371,7 @@ class LossLogParser:
                 if rank < rec.loss_rank:
                     rec.loss, rec.loss_rank = f.value, rank
             elif kind == lt.EVAL:
-                self._in_eval = True
-                return None
+                saw_eval = True
             elif kind == lt.NAN_COUNT:
                 nan_count = f.value
             elif kind == lt.EPOCH:
@@ -388,6 +388,11 @@ class LossLogParser:
                 rec.metrics.setdefault(lt.SEC_PER_STEP, f.value / 1000 if ms else f.value)
             else:
                 rec.metrics.setdefault(kind, f.value)
+        if saw_eval and (rec.loss is None or rec.loss_rank > 1):
+            # an evaluation record; a line with a named training loss only carries the last
+            # evaluation along (Lightning's bar postfix "train_loss_step=2.8, val_loss=2.9")
+            self._in_eval = True
+            return None
         if nan_count > 0 and rec.step is not None:
             # Megatron leaves NaN iterations out of the printed average (and prints no
             # loss when all were NaN): the counter is the signal.
