@@ -193,7 +193,14 @@ def test_adaptive_window_decides_a_complete_short_log_but_not_a_live_one() -> No
     assert judge(lines).verdict == CONTINUOUS and judge(lines).confidence == "medium"
     live = analyze(parse_lines(lines))
     assert live.verdict == INSUFFICIENT and not live.decided
-    assert judge(run_log(until=1230)).verdict == INSUFFICIENT  # 3 points: too few even for a complete log
+    short = judge(run_log(until=1230))  # 3 points: the fewest a 3-in-a-row spike shows in; low confidence
+    assert short.verdict == CONTINUOUS and short.confidence == "low"
+    assert judge(run_log(until=1230, post=_jump)).verdict == SPIKE
+    assert judge(run_log(until=1220)).verdict == INSUFFICIENT  # 2 points: too few even for a complete log
+
+
+def _jump(s: int, v: dict[str, float]) -> None:
+    v["loss"] *= 1.6
 
 
 def _with_save(lines: list[str], save: int) -> list[str]:

@@ -507,7 +507,8 @@ def analyze(
     confidence: str | None = None
     if decided:
         full = len(judged) >= cfg.num_steps
-        confidence = "low" if self_based else "high" if full or verdict != CONTINUOUS else "medium"
+        few = len(judged) < cfg.medium_judged_points
+        confidence = "low" if self_based or (few and verdict == CONTINUOUS) else "high" if full or verdict != CONTINUOUS else "medium"
     explanation.append(describe_decision(verdict, decided, findings, judged, cfg))
     return WatchReport(
         verdict=verdict,
