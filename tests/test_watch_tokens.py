@@ -106,6 +106,11 @@ MARKERS = [
     ("  successfully saved checkpoint from iteration    4000 to /ckpt/gpt [ t 1/4, p 1/2 ]", 4000, "save"),
     ('{"event": "resume", "restored_step": 1000, "tokens_seen": 524288000}', 1000, "restore"),
     ("RESUME: global_step=800 from checkpoint", 800, "restore"),
+    # the step in the checkpoint's path
+    ("Restoring states from the checkpoint path at /scratch/ckpt/epoch=4-step=7100.ckpt", 7100, "restore"),
+    ("Loading model from /out/checkpoint-7100 to resume training", 7100, "restore"),
+    ("Resuming training from out/pretrain/run/step-00007100/lit_model.pth", 7100, "restore"),
+    ("2025/01/07 02:11:40 - mmengine - INFO - Load checkpoint from work_dirs/seg/iter_7100.pth", 7100, "restore"),
 ]
 
 
