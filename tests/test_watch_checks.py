@@ -313,3 +313,15 @@ def test_epoch_relative_bars_with_a_restore_path(restored: str, jump: float, ver
     r = judge(_lightning_bars(restored=restored, jump=jump))
     assert r.verdict == verdict, (r.explanation, r.findings)
     assert r.first_resumed_step == 610
+
+
+def test_start_up_warning_printed_again_every_epoch_is_no_restart() -> None:
+    warning = ["/opt/py/site-packages/torch/utils/data/dataloader.py:557: UserWarning: This DataLoader will "
+               "create 16 worker processes in total.", "  warnings.warn(_create_warning_msg("]
+    lines = ["Model: 124.4M parameters", *warning]
+    for s in range(10, 1210, 10):
+        if s % 300 == 0:
+            lines.extend(warning)
+        lines.append(f"step {s} | loss {curve(s):.4f}")
+    r = judge(lines)
+    assert r.verdict == INSUFFICIENT and r.first_resumed_step is None, r.explanation

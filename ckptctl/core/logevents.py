@@ -127,8 +127,9 @@ def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
 #
 # A job relaunched into the same log prints its start-up lines again (banner, config or
 # parameter table, "building model ..."): the lines seen before the first data point. When
-# at least half of them (at least 2), or one after a failure line, come back after the data
-# started, a new run began there: a ``restart`` marker (no step; the counters say the rest).
+# half of them, at least 3, come back after the data started (or 2 after a failure line),
+# a new run began there: a ``restart`` marker (no step; the counters say the rest). A
+# warning printed at start-up and again every epoch is not a restart.
 
 #: Words of a line that says the run failed (a traceback, the scheduler or launcher reporting it).
 _FAILURE_RE = re.compile(
@@ -173,7 +174,7 @@ class RestartDetector:
             self._back.add(shape)
         elif _FAILURE_RE.search(text):
             self._failed = True
-        needed = 1 if self._failed else max(2, (len(self._preamble) + 1) // 2)
+        needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
         if self._back and len(self._back) >= needed:
             self._marked = True
             return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")

@@ -123,10 +123,12 @@ _BRACKET_KEY = "iter"
 #   or a number followed by a unit word (503 ms/it, 5000 updates).
 #   Before those: a step-like word and a bracketed counter (mmengine's "Iter(train) [ 8200/40000]",
 #   Composer's "[batch=120/4800]", "step (120/4800)"): the counter is that step.
-_BRACKET_STEP = r"iter|iteration|step|batch"
+#   ("batch" only as Composer's "[batch=N/T]": a bare "Batch (12/300)" next to an epoch counts
+#   within the epoch, which the progress-bar rule reads).
+_BRACKET_STEP = r"iter|iteration|step"
 _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
-    r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r")[ \t]*[=:])"
+    r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
     r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
