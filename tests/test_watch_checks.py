@@ -271,6 +271,7 @@ def test_a_restart_without_restore_line_is_found_from_the_start_up_lines(
     assert (r.first_resumed_step == 401) is found
     if found:
         assert any("start-up lines printed again" in e for e in r.explanation)
+        assert r.resume_detected_by == "start-up-lines"
 
 
 def _lightning_bars(*, restored: str, jump: float = 0.0) -> list[str]:

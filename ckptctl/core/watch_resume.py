@@ -137,7 +137,7 @@ def segment(
             prev = current[-1]
             new_reason: str | None = None
             if pending_marker is not None:
-                new_reason = "log-marker"
+                new_reason = "start-up-lines" if pending_marker.kind == "restart" else "log-marker"
             elif p.source != prev.source:
                 new_reason = "baseline-file"
             elif p.step == prev.step and (item.redraw or same_loss(p.loss, prev.loss)):
