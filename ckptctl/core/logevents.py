@@ -6,6 +6,7 @@ Pure, stdlib only (``ckptctl.core.losslog`` is the reader; these are its values)
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +140,7 @@ _FAILURE_RE = re.compile(
 )
 _SHAPE_TABLE = str.maketrans("", "", "0123456789 \t")
 _MAX_PREAMBLE = 256
+_MAX_RECENT = 64
 
 
 class RestartDetector:
@@ -149,6 +151,9 @@ class RestartDetector:
         self._data_seen = False
         self._back: set[str] = set()
         """Start-up lines seen again since the last data point."""
+        self._recent: deque[str] = deque(maxlen=_MAX_RECENT)
+        """The other lines since the last data point (a failure line among them?), read only
+        when a start-up line comes back (rare): most lines cost a set lookup."""
         self._failed = False
         self._marked = False
         """A marker (restore or restart) since the last data point: nothing more to say."""
@@ -159,23 +164,27 @@ class RestartDetector:
             self._data_seen = True
         if events:
             if any(isinstance(e, LossPoint) for e in events):
-                self._data_seen, self._back, self._failed, self._marked = True, set(), False, False
+                self._data_seen, self._failed, self._marked = True, False, False
+                self._back.clear()
+                self._recent.clear()
             if any(isinstance(e, ResumeMarker) and e.kind == "restore" for e in events):
                 self._marked = True
+            return None
+        if self._marked:
             return None
         shape = text.translate(_SHAPE_TABLE)
         if not self._data_seen:
             if len(shape) >= 4 and len(self._preamble) < _MAX_PREAMBLE:
                 self._preamble.add(shape)
             return None
-        if self._marked:
+        if shape not in self._preamble:
+            self._recent.append(text)
             return None
-        if shape in self._preamble:
-            self._back.add(shape)
-        elif _FAILURE_RE.search(text):
-            self._failed = True
+        self._back.add(shape)
+        if not self._failed:
+            self._failed = any(_FAILURE_RE.search(t) for t in self._recent)
         needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
-        if self._back and len(self._back) >= needed:
+        if len(self._back) >= needed:
             self._marked = True
             return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")
         return None

@@ -194,14 +194,16 @@ class LossLogParser:
             self.num_long_lines += 1
             line = line[:MAX_LINE_CHARS]
         events: list[LogEvent] = []
-        for part in line.rstrip("\n").split("\r"):
+        parts = line.rstrip("\n").split("\r")
+        for part in parts:
             if not part.strip():
                 continue
             text, tag_rank = clean_line(part)
             if text:
                 self._indented = part[:1].isspace() or text[:1] in "|>-*"
                 found = self._feed_text(text, tag_rank, line_no)
-                restart = self._restarts.see(text, found, line_no, self._pending is not None)
+                # (a progress bar's redraws, parts of one line, are never start-up lines)
+                restart = self._restarts.see(text, found, line_no, self._pending is not None) if len(parts) == 1 or found else None
                 if restart is not None:
                     found = [*self._emit_pending(), restart]
                 events.extend(found)
