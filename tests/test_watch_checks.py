@@ -16,6 +16,7 @@ from ckptctl.core.watch import (
     LOSS_SCALE_RESTART,
     LOST_LOG_LINES,
     RELATIVE_COUNTER,
+    REPLAYED,
     SCHEDULE_RESET,
     SELF_BASELINE,
     SKIPPED,
@@ -192,4 +193,136 @@ def test_adaptive_window_decides_a_complete_short_log_but_not_a_live_one() -> No
     assert judge(lines).verdict == CONTINUOUS and judge(lines).confidence == "medium"
     live = analyze(parse_lines(lines))
     assert live.verdict == INSUFFICIENT and not live.decided
-    assert judge(run_log(until=1230)).verdict == INSUFFICIENT  # 3 points: too few even for a complete log
+    short = judge(run_log(until=1230))  # 3 points: the fewest a 3-in-a-row spike shows in; low confidence
+    assert short.verdict == CONTINUOUS and short.confidence == "low"
+    assert judge(run_log(until=1230, post=_jump)).verdict == SPIKE
+    assert judge(run_log(until=1220)).verdict == INSUFFICIENT  # 2 points: too few even for a complete log
+
+
+def _jump(s: int, v: dict[str, float]) -> None:
+    v["loss"] *= 1.6
+
+
+def _with_save(lines: list[str], save: int) -> list[str]:
+    """The log with a save line for step ``save`` right after that step's line."""
+    at = next(i for i, text in enumerate(lines) if f"step {save} |" in text)
+    return [*lines[: at + 1], f"  successfully saved checkpoint from iteration {save:8d} to /ckpt/run", *lines[at + 1 :]]
+
+
+# The restore line's step against the log's own facts: (saved before the crash, restored,
+# --resume-step, expected verdict, text in a note or finding)
+MARKER_STEPS = [
+    (1100, 1200, None, CONTINUOUS, None),  # the last save is the one restored
+    (1250, 1200, None, REPLAYED, "trained again"),  # an older checkpoint than the last saved one
+    (1250, 1200, 1200, CONTINUOUS, "fall-back"),  # ... named by --resume-step: deliberate
+]
+
+
+@pytest.mark.parametrize(("saved", "restored", "given", "verdict", "text"), MARKER_STEPS)
+def test_restore_step_against_the_last_save(saved: int, restored: int, given: int | None, verdict: str, text: str | None) -> None:
+    r = judge(_with_save(run_log(ckpt=restored), saved), resume_step=given)
+    assert r.verdict == verdict, (r.findings, r.notes)
+    if text is not None:
+        assert any(text in s for s in [*r.notes, *(f.message for f in r.findings)])
+
+
+def test_restore_step_past_the_last_step_reached_is_skipped() -> None:
+    # the log reached 1300; the restore line names 2300: 1000 steps (500 s) in a 300 s restart
+    r = judge(run_log(ckpt=2300, until=2600))
+    assert r.verdict == SKIPPED and "only reached step 1300" in r.findings[0].message
+    # 1500 (100 s of steps) fits in the 300 s the restart took: the log lost its tail
+    r = judge(run_log(ckpt=1500, until=1800))
+    assert r.verdict == CONTINUOUS and any("lost its tail" in n for n in r.notes)
+
+
+def _llmc_style(*, crash: int | None, until: int, jump: float = 0.0, banner_again: bool = True) -> list[str]:
+    """An llm.c-style run: a parameter table, then "step N/T | loss ..." lines; a relaunch
+    prints the table again and the counter carries on (no restore line)."""
+    banner = ["+----------------+------------+", "| Parameter      | Value      |", "| batch size B   | 32         |",
+              "| max seq len T  | 512        |", "+----------------+------------+", "num_parameters: 124475904"]
+    rng = random.Random(3)
+    lines = [*banner, "val loss 7.1102"]
+    for s in range(1, until + 1):
+        if s % 100 == 0:
+            lines.append(f"val loss {curve(s) + 0.05:.4f}")
+        if crash is not None and s == crash + 1:
+            lines.append("srun: error: node-[REDACTED]: task 0: Exited with exit code 1")
+            if banner_again:
+                lines.extend(banner)
+        loss = curve(s) * (1 + rng.gauss(0, 0.005)) + (jump if crash is not None and s > crash else 0.0)
+        lines.append(f"step {s:4d}/5000 | loss {loss:.6f} | norm 1.0312 | lr 3.00e-04 | 171.20 ms | 3061255 tok/s")
+    return lines
+
+
+# (crash, jump, banner printed again, verdict, resume found)
+RESTARTS = [
+    (None, 0.0, False, INSUFFICIENT, False),  # one run; periodic "val loss" lines are not a restart
+    (400, 0.0, True, CONTINUOUS, True),  # relaunched, counter carries on, loss continuous
+    (400, 1.5, True, SPIKE, True),  # relaunched, loss level up: judged at the restart
+]
+
+
+@pytest.mark.parametrize(("crash", "jump", "banner", "verdict", "found"), RESTARTS)
+def test_a_restart_without_restore_line_is_found_from_the_start_up_lines(
+    crash: int | None, jump: float, banner: bool, verdict: str, found: bool
+) -> None:
+    r = judge(_llmc_style(crash=crash, until=600, jump=jump, banner_again=banner))
+    assert r.verdict == verdict, (r.explanation, r.findings)
+    assert (r.first_resumed_step == 401) is found
+    if found:
+        assert any("start-up lines printed again" in e for e in r.explanation)
+        assert r.resume_detected_by == "start-up-lines"
+
+
+def _lightning_bars(*, restored: str, jump: float = 0.0) -> list[str]:
+    """Lightning progress bars (epoch-relative counters, 200 batches an epoch, the last
+    validation loss in the postfix from epoch 1 on), a crash in epoch 3, a restore line
+    naming the checkpoint by its path (``epoch=E-step=S.ckpt``), epoch 3 again."""
+    rng = random.Random(5)
+
+    def bars(epoch: int, upto: int, shift: float = 0.0) -> str:
+        parts = [f"Epoch {epoch}:   0%|          | 0/200 [00:00<?, ?it/s]"]
+        for n in range(10, upto + 1, 10):
+            s = epoch * 200 + n
+            post = f"v_num=3, train_loss_step={curve(s) * (1 + rng.gauss(0, 0.01)) + shift:.3f}, lr=0.01"
+            if epoch:
+                post += f", val_loss={curve(epoch * 200) + 0.1:.3f}, train_loss_epoch={curve(epoch * 200):.3f}"
+            parts.append(f"Epoch {epoch}:  {n // 2:2d}%|#         | {n}/200 [00:{n // 10:02d}<00:30, 6.10it/s, {post}]")
+        return "\r".join(parts)
+
+    lines = []
+    for epoch in range(3):
+        lines.append(bars(epoch, 200))
+        lines.append("Validation DataLoader 0: 100%|##########| 20/20 [00:02<00:00, 9.8it/s]")
+    lines.append(bars(3, 120))
+    lines.append("slurmstepd: error: *** STEP 4411.0 ON node-[REDACTED] CANCELLED DUE TO NODE FAILURE ***")
+    lines.append(f"Restoring states from the checkpoint path at /scratch/ckpt/{restored}")
+    lines.append(bars(3, 200, jump))
+    return lines
+
+
+# (checkpoint path, loss shift after the resume, verdict)
+LIGHTNING_RESUMES = [
+    ("epoch=2-step=600.ckpt", 0.0, CONTINUOUS),  # epoch 3 starts again at 0/200: step 600 + n
+    ("epoch=2-step=600.ckpt", 1.5, SPIKE),
+    ("epoch=1-step=400.ckpt", 0.0, SKIPPED),  # weights of step 400, counters from 600: 401..609 never trained
+]
+
+
+@pytest.mark.parametrize(("restored", "jump", "verdict"), LIGHTNING_RESUMES)
+def test_epoch_relative_bars_with_a_restore_path(restored: str, jump: float, verdict: str) -> None:
+    r = judge(_lightning_bars(restored=restored, jump=jump))
+    assert r.verdict == verdict, (r.explanation, r.findings)
+    assert r.first_resumed_step == 610
+
+
+def test_start_up_warning_printed_again_every_epoch_is_no_restart() -> None:
+    warning = ["/opt/py/site-packages/torch/utils/data/dataloader.py:557: UserWarning: This DataLoader will "
+               "create 16 worker processes in total.", "  warnings.warn(_create_warning_msg("]
+    lines = ["Model: 124.4M parameters", *warning]
+    for s in range(10, 1210, 10):
+        if s % 300 == 0:
+            lines.extend(warning)
+        lines.append(f"step {s} | loss {curve(s):.4f}")
+    r = judge(lines)
+    assert r.verdict == INSUFFICIENT and r.first_resumed_step is None, r.explanation

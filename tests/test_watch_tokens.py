@@ -67,7 +67,14 @@ MEANINGS = [
     ("train_loss_epoch", None),
     ("global_step", ("step", 0)),
     ("num_updates", ("step", 0)),
-    ("iteration", ("step", 2)),
+    ("iteration", ("step", 3)),
+    ("step", ("step", 2)),
+    ("loss_train", ("loss", 1)),
+    ("train_loss/train/total", ("loss", 1)),
+    ("train_time/token", ("tokens", 0)),
+    ("train_time/sample", ("samples", 0)),
+    ("train_time/batch", None),
+    ("train_lr_adamw/group0", ("lr", 0)),
     ("gradient_accumulation_steps", ("step", 2)),
     ("learning_rate", ("lr", 0)),
     ("train/lr", ("lr", 0)),
@@ -99,7 +106,46 @@ MARKERS = [
     ("  successfully saved checkpoint from iteration    4000 to /ckpt/gpt [ t 1/4, p 1/2 ]", 4000, "save"),
     ('{"event": "resume", "restored_step": 1000, "tokens_seen": 524288000}', 1000, "restore"),
     ("RESUME: global_step=800 from checkpoint", 800, "restore"),
+    # the step in the checkpoint's path
+    ("Restoring states from the checkpoint path at /scratch/ckpt/epoch=4-step=7100.ckpt", 7100, "restore"),
+    ("Loading model from /out/checkpoint-7100 to resume training", 7100, "restore"),
+    ("Resuming training from out/pretrain/run/step-00007100/lit_model.pth", 7100, "restore"),
+    ("2025/01/07 02:11:40 - mmengine - INFO - Load checkpoint from work_dirs/seg/iter_7100.pth", 7100, "restore"),
 ]
+
+
+# A step-like word and a bracketed or parenthesised counter; a loss key and a qualifier word;
+# both "iter" and "step" (the optimizer step wins); records under a "[batch=N/T]:" header.
+STEP_SHAPES = [
+    (["2025/03/02 08:14:51 - mmengine - INFO - Iter(train) [ 8200/40000]  base_lr: 9.1e-03 lr: 9.1e-03"
+      "  eta: 2:51:07  time: 0.2971  data_time: 0.0061  memory: 10112  loss: 0.5123  decode.loss_ce: 0.3710"],
+     [(8200, 0.5123)]),
+    (["train step (120/4800) | loss 2.5012"], [(120, 2.5012)]),
+    (["Epoch 2 | iter 9208 step 2302 | loss train: 2.345, val: n/a | iter time: 412.30 ms (step)",
+      "Epoch 2 | iter 9212 step 2303 | loss (train): 2.341, val: n/a | iter time: 410.10 ms"],
+     [(2302, 2.345), (2303, 2.341)]),
+    (["Epoch 3 | iter 12004 step 3001 | loss train: 2.210, val: 2.251 | iter time: 409.00 ms (step)",
+      "iter 12004: val loss 2.2488, val time: 21003.10 ms",
+      "Validation: loss 2.25", "step 3002 | loss 2.205"],
+     [(3001, 2.21), (3002, 2.205)]),
+    (["[batch=120/4800]:", "\t Train time/batch: 119", "\t Train time/token: 62914560",
+      "\t Train loss/train/total: 2.3456", "\t Train lr-DecoupledAdamW/group0: 1.8e-04",
+      "[batch=130/4800]:", "\t Train time/token: 68157440", "\t Train loss/train/total: 2.3301"],
+     [(120, 2.3456), (130, 2.3301)]),
+]
+
+
+@pytest.mark.parametrize(("lines", "expected"), STEP_SHAPES)
+def test_step_shapes(lines: list[str], expected: list[tuple[int, float]]) -> None:
+    points = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]
+    assert [(p.step, p.loss) for p in points] == expected
+
+
+def test_path_metrics_have_their_meaning() -> None:
+    lines = ["[batch=120/4800]:", "\t Train time/token: 62914560", "\t Train loss/train/total: 2.3456",
+             "\t Train lr-DecoupledAdamW/group0: 1.8e-04"]
+    (p,) = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]
+    assert p.metrics["tokens"] == 62914560 and p.metrics["lr"] == 1.8e-04
 
 
 @pytest.mark.parametrize(("line", "step", "kind"), MARKERS)

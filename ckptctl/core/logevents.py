@@ -6,6 +6,7 @@ Pure, stdlib only (``ckptctl.core.losslog`` is the reader; these are its values)
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,8 @@ class ResumeMarker:
     text: str
     """The line, cleaned (ANSI colours and torchrun tags removed), for the explanation."""
     kind: str = "restore"
-    """``restore`` (starts a resumed run) or ``save`` (information only)."""
+    """``restore`` (starts a resumed run), ``restart`` (the start-up lines printed again, no restore
+    line: ``RestartDetector``) or ``save`` (information only)."""
     tokens: float | None = None
     """Tokens (or samples) seen the line names, when it does."""
 
@@ -120,3 +122,69 @@ def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
         return best[1]
     m = _PATH_STEP_RE.search(body)
     return int(m.group(1)) if m else None
+
+
+# -- restarts with no restore line -----------------------------------------------------------
+#
+# A job relaunched into the same log prints its start-up lines again (banner, config or
+# parameter table, "building model ..."): the lines seen before the first data point. When
+# half of them, at least 3, come back after the data started (or 2 after a failure line),
+# a new run began there: a ``restart`` marker (no step; the counters say the rest). A
+# warning printed at start-up and again every epoch is not a restart.
+
+#: Words of a line that says the run failed (a traceback, the scheduler or launcher reporting it).
+_FAILURE_RE = re.compile(
+    r"traceback \(most recent call last\)|\b(?:srun|slurmstepd): error|\berror\b|\bexception\b|\bkilled\b"
+    r"|\bfailed\b|\brestart(?:ing)?\b|\bfatal\b|\bsegmentation fault\b",
+    re.IGNORECASE,
+)
+_SHAPE_TABLE = str.maketrans("", "", "0123456789 \t")
+_MAX_PREAMBLE = 256
+_MAX_RECENT = 64
+
+
+class RestartDetector:
+    """Watches the lines that gave no event; ``see`` returns a ``restart`` marker when a run starts again."""
+
+    def __init__(self) -> None:
+        self._preamble: set[str] = set()
+        self._data_seen = False
+        self._back: set[str] = set()
+        """Start-up lines seen again since the last data point."""
+        self._recent: deque[str] = deque(maxlen=_MAX_RECENT)
+        """The other lines since the last data point (a failure line among them?), read only
+        when a start-up line comes back (rare): most lines cost a set lookup."""
+        self._failed = False
+        self._marked = False
+        """A marker (restore or restart) since the last data point: nothing more to say."""
+
+    def see(self, text: str, events: list[LogEvent], line_no: int, in_record: bool) -> ResumeMarker | None:
+        """One line and what it gave; ``in_record``: a multi-line record is open (the data started)."""
+        if in_record:
+            self._data_seen = True
+        if events:
+            if any(isinstance(e, LossPoint) for e in events):
+                self._data_seen, self._failed, self._marked = True, False, False
+                self._back.clear()
+                self._recent.clear()
+            if any(isinstance(e, ResumeMarker) and e.kind == "restore" for e in events):
+                self._marked = True
+            return None
+        if self._marked:
+            return None
+        shape = text.translate(_SHAPE_TABLE)
+        if not self._data_seen:
+            if len(shape) >= 4 and len(self._preamble) < _MAX_PREAMBLE:
+                self._preamble.add(shape)
+            return None
+        if shape not in self._preamble:
+            self._recent.append(text)
+            return None
+        self._back.add(shape)
+        if not self._failed:
+            self._failed = any(_FAILURE_RE.search(t) for t in self._recent)
+        needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
+        if len(self._back) >= needed:
+            self._marked = True
+            return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")
+        return None

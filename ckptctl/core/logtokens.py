@@ -113,14 +113,24 @@ def _key(words: list[str]) -> str:
     return "_".join(w.lower().strip("./()") for w in words[-6:] if w.strip("./()"))
 
 
-_WORD = r"\(?[A-Za-z_][\w./]*\)?"
+_WORD = r"\(?[A-Za-z_][\w./]*(?:-[A-Za-z][\w./]*)*\)?"
+#: The key a bracketed step counter is read under (a step key; see ``_BRACKET_STEP``).
+_BRACKET_KEY = "iter"
 # One pass of the regex engine finds every field (Python only sees the matches):
 #   key words (separated by spaces only: "|", ",", ";", " - ", "]" end a key), an
 #   optional ":"/"=" (then "[" or "(" may open a value: lr=[3e-4]), the number, a
 #   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
 #   or a number followed by a unit word (503 ms/it, 5000 updates).
+#   Before those: a step-like word and a bracketed counter (mmengine's "Iter(train) [ 8200/40000]",
+#   Composer's "[batch=120/4800]", "step (120/4800)"): the counter is that step.
+#   ("batch" only as Composer's "[batch=N/T]": a bare "Batch (12/300)" next to an epoch counts
+#   within the epoch, which the progress-bar rule reads).
+_BRACKET_STEP = r"iter|iteration|step"
 _FIELD_RE = re.compile(
-    r"(?=[(A-Za-z_\d+.-])(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
+    r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
+    r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
+    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
@@ -158,6 +168,9 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                 (m.group("unit") or "").lower(),
             )
             out.append((field, m.start("num"), m.start("total") if total is not None else -1))
+        elif m.group("bnum") is not None:
+            total = float(m.group("btotal"))
+            out.append((Field(_BRACKET_KEY, float(m.group("bnum")), total), m.start("bnum"), m.start("btotal")))
         elif m.group("gnum") is not None:
             out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
         else:
@@ -275,6 +288,8 @@ def _make_template(text: str, found: list[tuple[Field, int, int]], words: list[s
     meanings = tuple(classify_key(k, u) for k, _i, _j, u in layout)
     kinds = frozenset(m[0] for m in meanings if m is not None)
     is_eval = bool(set(words) & EVAL_LINE_WORDS)
+    if is_eval and _EVAL_NO_VALUE_RE.search(text) is not None:
+        is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(_EVAL_NO_VALUE_RE.sub(" ", text).lower()))
     return _Template(regex, tuple(layout), is_eval, num_numbers, maybe_counter, kinds, meanings)
 
 
@@ -341,6 +356,8 @@ def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
             _SEEN_KEYS.clear()
         _SEEN_KEYS.add(key)
     is_eval = not EVAL_LINE_WORDS.isdisjoint(all_words)
+    if is_eval and _EVAL_NO_VALUE_RE.search(text) is not None:
+        is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(_EVAL_NO_VALUE_RE.sub(" ", text).lower()))
     return Tokens(tuple(f for f, _, _ in found), _counter(text), is_eval, num_numbers if not found else -1)
 
 
@@ -538,17 +555,24 @@ NAN_COUNT = "nan_count"
 WALL = "wall"
 
 _EVAL_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "test", "testing", "dev"})
+#: An evaluation word used as a key, with a value or none yet (LitGPT's "loss train: 2.3, val: n/a"
+#: or "val: 2.4"): that field is the evaluation, not the line (its other fields are training ones).
+_EVAL_NO_VALUE_RE = re.compile(
+    r"(?i)\b(?:val|valid|validation|eval|evaluation)[ \t]*[:=][ \t]*(?:n/a|na|none|null|-+(?![\d.])|" + _NUM + r")(?![\w/])"
+)
 #: Any of these words on a text line makes it an evaluation line (fairseq's "| valid | ... | loss 5.2 |").
 EVAL_LINE_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating"})
 _NOT_LOSS_WORDS = frozenset({"scale", "aux", "auxiliary", "balance", "router", "z", "epoch", "function", "fn", "type", "weight", "weights", "coef", "ratio"})
 _STEP_WORDS = {
     "global_step": 0, "globalstep": 0, "num_updates": 0, "updates": 1, "optimizer_step": 0,
-    "step": 2, "steps": 2, "iteration": 2, "iter": 2, "it": 3, "global": 2, "_step": 2,
+    "step": 2, "steps": 2, "iteration": 3, "iter": 3, "it": 4, "global": 2, "_step": 2,
 }  # fmt: skip
 _LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss": 1, "lm_loss": 1,
                     "train/loss": 1, "train_loss_step": 0, "loss_step": 1, "train/loss_step": 0, "train/lm_loss": 1}  # fmt: skip
 
 
+#: Words that only say a loss is the training one (``loss train``, ``loss/train/total``).
+_TRAIN_QUALIFIERS = frozenset({"train", "training", "total"})
 _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
 
 
@@ -586,10 +610,17 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         for candidate in (key, "_".join(words[-3:]), "_".join(words[-2:]), tail):
             if candidate in _LOSS_RANK_EXACT:
                 return LOSS, _LOSS_RANK_EXACT[candidate]
+        if set(words) - {"loss"} <= _TRAIN_QUALIFIERS:
+            return LOSS, 1  # "loss train", "loss (train)", "Train loss/train/total": the training loss
         if last == "loss" or (words[0] == "loss" and len(words) == 2 and words[1].isdigit()):
             return LOSS, 2
         return LOSS, 3  # a component (loss_cls, decoder_loss): only when nothing better
-    if last in {"lr", "learning_rate"} or words[-2:] == ["learning", "rate"] or (wset & {"lr"} and len(words) <= 3):
+    path = key.split("/")
+    if len(path) > 1 and key_words(path[-2])[-1:] == ("time",):
+        # a path metric's clock ("time/token", "time/sample", "time/batch"): a counter, not a duration
+        counted = key_words(path[-1])
+        return (TOKENS, 0) if counted in {("token",), ("tokens",)} else (SAMPLES, 0) if counted in {("sample",), ("samples",)} else None
+    if last in {"lr", "learning_rate"} or words[-2:] == ["learning", "rate"] or (wset & {"lr"} and (len(words) <= 3 or "lr" in key_words(path[0]))):
         return LR, 0
     if wset & {"gnorm", "grad_norm"} or words[-2:] == ["grad", "norm"] or (last == "norm" and "grad" in wset):
         return GRAD_NORM, 0

@@ -42,7 +42,14 @@ from typing import Any
 from ckptctl.core import logtokens as lt
 from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.logevents import MARKER_HINTS as _MARKER_HINTS
-from ckptctl.core.logevents import METRICS, LogEvent, LossPoint, ResumeMarker, match_marker
+from ckptctl.core.logevents import (
+    METRICS,
+    LogEvent,
+    LossPoint,
+    RestartDetector,
+    ResumeMarker,
+    match_marker,
+)
 from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
 __all__ = [
@@ -162,6 +169,7 @@ class LossLogParser:
         """The dialect of each line template seen (the dialect regexes read a template's
         numbers only by their form, which the template fixes; see ``logtokens``)."""
         self._in_eval = False
+        self._restarts = RestartDetector()
         self._indented = False
         self.num_lines = 0
         self.num_long_lines = 0
@@ -186,13 +194,18 @@ class LossLogParser:
             self.num_long_lines += 1
             line = line[:MAX_LINE_CHARS]
         events: list[LogEvent] = []
-        for part in line.rstrip("\n").split("\r"):
+        parts = line.rstrip("\n").split("\r")
+        for part in parts:
             if not part.strip():
                 continue
             text, tag_rank = clean_line(part)
             if text:
                 self._indented = part[:1].isspace() or text[:1] in "|>-*"
                 found = self._feed_text(text, tag_rank, line_no)
+                # (a progress bar's redraws, parts of one line, are never start-up lines)
+                restart = self._restarts.see(text, found, line_no, self._pending is not None) if len(parts) == 1 or found else None
+                if restart is not None:
+                    found = [*self._emit_pending(), restart]
                 events.extend(found)
                 if not found and len(self.unread_samples) < 3 and _looks_like_metrics(text):
                     self.unread_samples.append(f"line {line_no}: {text[:80]!r}")
@@ -348,6 +361,7 @@ class LossLogParser:
         step_rank = 99
         nan_count = 0.0
         epoch_total: float | None = None
+        saw_eval = False
         for f, meaning in zip(tokens.fields, lt.meanings(tokens), strict=True):
             if meaning is None:
                 continue
@@ -359,8 +373,7 @@ class LossLogParser:
                 if rank < rec.loss_rank:
                     rec.loss, rec.loss_rank = f.value, rank
             elif kind == lt.EVAL:
-                self._in_eval = True
-                return None
+                saw_eval = True
             elif kind == lt.NAN_COUNT:
                 nan_count = f.value
             elif kind == lt.EPOCH:
@@ -377,6 +390,11 @@ class LossLogParser:
                 rec.metrics.setdefault(lt.SEC_PER_STEP, f.value / 1000 if ms else f.value)
             else:
                 rec.metrics.setdefault(kind, f.value)
+        if saw_eval and (rec.loss is None or rec.loss_rank > 1):
+            # an evaluation record; a line with a named training loss only carries the last
+            # evaluation along (Lightning's bar postfix "train_loss_step=2.8, val_loss=2.9")
+            self._in_eval = True
+            return None
         if nan_count > 0 and rec.step is not None:
             # Megatron leaves NaN iterations out of the printed average (and prints no
             # loss when all were NaN): the counter is the signal.

@@ -141,7 +141,9 @@ from ckptctl.core.watch_resume import (
     LOST_LINES_TIME_FACTOR,
     accepted_start,
     assign_steps,
+    check_marker_steps,
     check_steps,
+    last_save_before,
     log_interval_and_gap,
     lost_line_gaps,
     segment,
@@ -371,6 +373,17 @@ def analyze(
                 resumed, post_segments, pre, rs, convention, interval, gap_tol, first_step_ever
             )
         )
+        marker_findings, marker_notes = check_marker_steps(
+            resumed,
+            pre,
+            last_save_before(sources, resumed.marker) if resumed.marker is not None else None,
+            resume_step,
+            gap_tol,
+            interval,
+            sec_per_step,
+        )
+        findings.extend(marker_findings)
+        notes.extend(marker_notes)
         if rs is None and pre and p1 > pre[-1].step + gap_tol:
             last, first = pre[-1], resumed.points[0]
             needed = (p1 - last.step - interval) * sec_per_step if sec_per_step else None
@@ -494,7 +507,8 @@ def analyze(
     confidence: str | None = None
     if decided:
         full = len(judged) >= cfg.num_steps
-        confidence = "low" if self_based else "high" if full or verdict != CONTINUOUS else "medium"
+        few = len(judged) < cfg.medium_judged_points
+        confidence = "low" if self_based or (few and verdict == CONTINUOUS) else "high" if full or verdict != CONTINUOUS else "medium"
     explanation.append(describe_decision(verdict, decided, findings, judged, cfg))
     return WatchReport(
         verdict=verdict,

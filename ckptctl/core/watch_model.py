@@ -91,9 +91,13 @@ class WatchConfig:
     (``--expect-identical``)."""
     identical_rel_tol: float = 1e-6
     """Relative difference under which two logged losses count as identical (print rounding)."""
-    min_judged_points: int = 5
+    min_judged_points: int = 3
     """Adaptive window: a complete log (not followed) with at least this many points after
-    the resume, but fewer than N, is judged on what it has (confidence ``medium``)."""
+    the resume, but fewer than N, is judged on what it has (the fewest in which a spike of
+    ``persistence`` = 3 points in a row can show; confidence ``medium``, ``low`` under
+    ``medium_judged_points``)."""
+    medium_judged_points: int = 5
+    """Adaptive window: fewer points than this after the resume give confidence ``low``."""
     self_baseline_rel_shift: float = 0.25
     """Self-baseline (fewer pre-failure points than ``min_baseline_points``): a sustained
     rise of the loss above its recent level by this fraction is a ``spike``."""
@@ -150,6 +154,7 @@ class WatchConfig:
             "min_rerun_points": self.min_rerun_points,
             "expect_identical": self.expect_identical,
             "min_judged_points": self.min_judged_points,
+            "medium_judged_points": self.medium_judged_points,
             "self_baseline_rel_shift": self.self_baseline_rel_shift,
             "lr_rel_tol": self.lr_rel_tol,
             "tokens_rel_tol": self.tokens_rel_tol,

@@ -57,7 +57,7 @@ def assign_steps(
         restart_pending = bool(numbered)
         for event in events:
             if isinstance(event, ResumeMarker):
-                if event.kind != "restore":
+                if event.kind not in ("restore", "restart"):
                     continue  # a save line is information, not a new run
                 items.append(Item(source, None, event))
                 restart_pending = bool(numbered)
@@ -137,7 +137,7 @@ def segment(
             prev = current[-1]
             new_reason: str | None = None
             if pending_marker is not None:
-                new_reason = "log-marker"
+                new_reason = "start-up-lines" if pending_marker.kind == "restart" else "log-marker"
             elif p.source != prev.source:
                 new_reason = "baseline-file"
             elif p.step == prev.step and (item.redraw or same_loss(p.loss, prev.loss)):
@@ -320,3 +320,79 @@ def check_steps(
             )
         prev_last = max(prev_last, seg.last_step)
     return found
+
+
+def last_save_before(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker) -> ResumeMarker | None:
+    """The last save line (with a step) printed before the restore line ``marker`` of the log."""
+    last: ResumeMarker | None = None
+    for source, events in sources:
+        for event in events:
+            if not isinstance(event, ResumeMarker):
+                continue
+            if source == "log" and event.line_no >= marker.line_no:
+                return last
+            if event.kind == "save" and event.step is not None:
+                last = event
+    return last
+
+
+def check_marker_steps(
+    resumed: Segment,
+    pre: Sequence[TracePoint],
+    last_save: ResumeMarker | None,
+    given_step: int | None,
+    gap_tol: float,
+    interval: int,
+    sec_per_step: float | None,
+) -> tuple[list[Finding], list[str]]:
+    """Compare the step the restore line names with the log's own facts (findings, notes).
+
+    Older than the last checkpoint the log says it saved before the crash: the run
+    went back further than it had to (``replayed-steps``), unless ``--resume-step``
+    names that older step (a deliberate fall-back, e.g. the newer one was incomplete).
+    Newer than the last step the log reached: those steps were never trained
+    (``skipped-steps``), unless the wall time up to the resumed run's first line
+    could have run them (the log lost its tail: a note).
+    """
+    marker = resumed.marker
+    if marker is None or marker.kind != "restore" or marker.step is None:
+        return [], []
+    step = marker.step
+    if last_save is not None and last_save.step is not None and step < last_save.step:
+        if given_step == step:
+            return [], [
+                f"the restore line (line {marker.line_no}) loads step {step}, older than the checkpoint "
+                f"saved at step {last_save.step} (line {last_save.line_no}): the step given, a fall-back"
+            ]
+        return [
+            Finding(
+                verdict=REPLAYED,
+                message=f"the restore line (line {marker.line_no}) loads step {step}, but the log saved "
+                f"step {last_save.step} before the crash (line {last_save.line_no}): steps "
+                f"{step + 1}..{last_save.step} are trained again",
+                step=step,
+                line_no=marker.line_no,
+            )
+        ], []
+    if pre and step > pre[-1].step + gap_tol:
+        last, first = pre[-1], resumed.points[0]
+        needed = (step - last.step - interval) * sec_per_step if sec_per_step else None
+        if needed is not None and last.wall is not None and first.wall is not None and first.wall - last.wall >= needed:
+            return [], [
+                f"the restore line (line {marker.line_no}) loads step {step}, past the last step logged "
+                f"({last.step}); {first.wall - last.wall:.0f} s passed, time enough for those steps: "
+                "the log lost its tail in the crash"
+            ]
+        return [
+            Finding(
+                verdict=SKIPPED,
+                message=f"the restore line (line {marker.line_no}) loads step {step}, but the log only "
+                f"reached step {last.step} before the crash"
+                + (f" and {first.wall - last.wall:.0f} s is too little for the {needed:.0f} s those steps take"
+                   if needed is not None and last.wall is not None and first.wall is not None else "")
+                + f": steps {last.step + 1}..{step} were never trained",
+                step=step,
+                line_no=marker.line_no,
+            )
+        ], []
+    return [], []

@@ -119,7 +119,7 @@ class WatchSession:
         self._log_events.extend(events)
         for e in events:
             if (
-                (isinstance(e, ResumeMarker) and e.kind == "restore")
+                (isinstance(e, ResumeMarker) and e.kind in ("restore", "restart"))
                 or self._baseline_events is not None
                 or (isinstance(e, LossPoint) and self._watch.is_boundary(e))
             ):
