@@ -235,6 +235,21 @@ def test_restore_step_past_the_last_step_reached_is_skipped() -> None:
     assert r.verdict == CONTINUOUS and any("lost its tail" in n for n in r.notes)
 
 
+def test_restore_step_past_the_last_step_without_a_clock_is_a_note() -> None:
+    """With no timestamps, a restore past the last logged step cannot be told from a log that
+    lost its buffered tail (the far more common case): a note, never skipped-steps."""
+    from ckptctl.core.logevents import ResumeMarker
+    from ckptctl.core.watch_model import Segment, TracePoint
+    from ckptctl.core.watch_resume import check_marker_steps
+
+    pre = [TracePoint(step=s, loss=2.0, line_no=s, source="log") for s in range(100, 1400, 100)]
+    marker = ResumeMarker(line_no=2000, step=2300, text="Resuming training from step-00002300")
+    resumed = Segment(points=(TracePoint(step=2400, loss=2.0, line_no=2001, source="log"),),
+                      reason="log-marker", marker=marker, source="log")  # fmt: skip
+    findings, notes = check_marker_steps(resumed, pre, None, None, 0, 100, None)
+    assert findings == [] and any("no timestamps to tell" in n for n in notes), notes
+
+
 def _llmc_style(*, crash: int | None, until: int, jump: float = 0.0, banner_again: bool = True) -> list[str]:
     """An llm.c-style run: a parameter table, then "step N/T | loss ..." lines; a relaunch
     prints the table again and the counter carries on (no restore line)."""

@@ -377,7 +377,16 @@ def check_marker_steps(
     if pre and step > pre[-1].step + gap_tol:
         last, first = pre[-1], resumed.points[0]
         needed = (step - last.step - interval) * sec_per_step if sec_per_step else None
-        if needed is not None and last.wall is not None and first.wall is not None and first.wall - last.wall >= needed:
+        if needed is None or last.wall is None or first.wall is None:
+            # A checkpoint at that step means the run got there, unless it is another run's:
+            # with no clock on the lines nothing tells the two apart, and a crash that loses
+            # the log's buffered tail is far more common, so this is a note, not a verdict.
+            return [], [
+                f"the restore line (line {marker.line_no}) loads step {step}, past the last step logged "
+                f"({last.step}): the log lost its tail in the crash, or the checkpoint is another run's "
+                "(no timestamps to tell)"
+            ]
+        if first.wall - last.wall >= needed:
             return [], [
                 f"the restore line (line {marker.line_no}) loads step {step}, past the last step logged "
                 f"({last.step}); {first.wall - last.wall:.0f} s passed, time enough for those steps: "
