@@ -228,7 +228,8 @@ def _check_deepspeed(found: L.Found, tops: dict[str, Any], res: FrameworkCheck) 
 
 
 def resolve_safetensors_records(
-    storage: Storage, upath: str, idx: DcpIndex, files: dict[str, int], where: str, problems: list[v.Problem]
+    storage: Storage, upath: str, idx: DcpIndex, files: dict[str, int], where: str, problems: list[v.Problem],
+    *, deep: bool = True,
 ) -> tuple[DcpIndex, DcpIndex] | None:
     """For DCP written with ``FileSystemWriter(serialization_format=SAFETENSORS)``: the index with
     each tensor record's real byte range, and the index the deep check reads (its torch.save
@@ -237,10 +238,16 @@ def resolve_safetensors_records(
     That writer stores a file's tensors as one safetensors blob and records, for each of them,
     the blob's offset and the tensor's byte count; the bytes sit where the blob's own header
     says. Non-tensor values stay torch.save records before it. One 9-byte read tells them apart.
+
+    ``deep=False`` (a quick check): the read is made only when tensor records share an offset,
+    which only that writer does (torch.save records never overlap). With one tensor per blob
+    both formats pass the quick check alike, so ``locate`` probing a run root pays no extra
+    request per checkpoint for it.
     """
-    blobs = sorted({(it.relative_path, it.offset) for it in idx.items
-                    if it.chunk_offsets is not None and it.relative_path in files and not it.transformed})
-    if not blobs:
+    tensor_items = [it for it in idx.items
+                    if it.chunk_offsets is not None and it.relative_path in files and not it.transformed]
+    blobs = sorted({(it.relative_path, it.offset) for it in tensor_items})
+    if not blobs or (not deep and len(blobs) == len(tensor_items)):
         return None
     rel0, off0 = max(blobs, key=lambda b: files[b[0]])
     if files[rel0] < off0 + 9:

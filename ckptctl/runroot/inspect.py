@@ -290,7 +290,9 @@ def inspect_checkpoint(
             )
         deep_idx = None
         if idx is not None:
-            resolved = frameworks.resolve_safetensors_records(storage, upath, idx, unit.files, where, problems)
+            resolved = frameworks.resolve_safetensors_records(
+                storage, upath, idx, unit.files, where, problems, deep=options.deep or options.check_finite
+            )
             if resolved is not None:
                 idx, deep_idx = resolved
                 notes.append(f"{where or './'}: DCP tensor records in safetensors format (headers and sizes "
