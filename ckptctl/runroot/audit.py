@@ -78,6 +78,22 @@ class Who:
         return {"time": self.time, "user": self.user, "host": self.host, "pid": self.pid}
 
 
+def _step_record(
+    who: Who, action: str, *, from_: str | None, to: str | None, step: int | None, reason: str, root: str
+) -> dict[str, Any]:
+    """The leading keys every record about a step directory (or the lock) shares, in their order."""
+    return {
+        **who.head(),
+        "action": action,
+        "from": from_,
+        "to": to,
+        "step": step,
+        "reason": reason,
+        "ckptctl_version": who.ckptctl_version,
+        "root": root,
+    }
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BreakLock:
     """A stale run-root lock (its holder provably gone) was removed."""
@@ -91,14 +107,7 @@ class BreakLock:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.who.head(),
-            "action": self.action,
-            "from": None,
-            "to": None,
-            "step": None,
-            "reason": self.reason,
-            "ckptctl_version": self.who.ckptctl_version,
-            "root": self.root,
+            **_step_record(self.who, self.action, from_=None, to=None, step=None, reason=self.reason, root=self.root),
             "stale_lock": self.stale_lock,
         }
 
@@ -117,14 +126,8 @@ class StepRemoved:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.who.head(),
-            "action": self.action,
-            "from": self.name,
-            "to": None,
-            "step": self.step,
-            "reason": self.reason,
-            "ckptctl_version": self.who.ckptctl_version,
-            "root": self.root,
+            **_step_record(self.who, self.action, from_=self.name, to=None, step=self.step, reason=self.reason,
+                           root=self.root),
             "actor": self.actor,
         }
 
@@ -144,14 +147,8 @@ class StepSuperseded:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.who.head(),
-            "action": self.action,
-            "from": self.from_name,
-            "to": self.to_name,
-            "step": self.step,
-            "reason": self.reason,
-            "ckptctl_version": self.who.ckptctl_version,
-            "root": self.root,
+            **_step_record(self.who, self.action, from_=self.from_name, to=self.to_name, step=self.step,
+                           reason=self.reason, root=self.root),
             "actor": self.actor,
         }
 
