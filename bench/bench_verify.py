@@ -90,11 +90,11 @@ def bench_quick_verify_vs_dcp_load(quick: bool) -> dict[str, float]:
 
 
 def bench_metadata_scan(metadata: Path) -> dict[str, float]:
-    """The opcode pre-scan (core/pickle_shape.py) next to the restricted unpickling it guards."""
+    """The opcode pre-scan (core/verify/pickle_shape.py) next to the restricted unpickling it guards."""
     import io
 
     from ckptctl.adapters.dcp_metadata import _RestrictedUnpickler
-    from ckptctl.core.pickle_shape import check_shape
+    from ckptctl.core.verify.pickle_shape import check_shape
 
     data = metadata.read_bytes()
     t_scan = _timeit(lambda: check_shape(data), repeat=15)

@@ -47,7 +47,7 @@ TOP_LEVEL: dict[str, set[str]] = {
 @dataclass(frozen=True)
 class Imp:
     module: str
-    """The imported module (``ckptctl.core.verify``, ``torch``)."""
+    """The imported module (``ckptctl.core.verify.contract``, ``torch``)."""
     line: int
     at_module_level: bool
     """Runs when the module is imported (not inside a function)."""
@@ -120,7 +120,7 @@ def _layer(module: str) -> str | None:
 
 
 def _ckptctl_package(target: str) -> str:
-    """``ckptctl.core.verify`` -> ``core``; ``ckptctl.errors`` -> ``ckptctl.errors``."""
+    """``ckptctl.core.verify.contract`` -> ``core``; ``ckptctl.errors`` -> ``ckptctl.errors``."""
     parts = target.split(".")
     if target in SHARED or len(parts) < 2:
         return target

@@ -19,7 +19,7 @@ from ckptctl.core.config import (
     config_from_dict,
     parse_nnodes,
 )
-from ckptctl.core.launch_plan import (
+from ckptctl.core.launch.plan import (
     DEFAULT_JOB_ENV,
     LOCAL_LOG_DIR,
     build_torchrun_argv,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core import layouts as L
-from ckptctl.core import safetensors as st
-from ckptctl.core.pickle_walk import Opaque, PickleWalkError, top_level_keys, walk
+from ckptctl.core.verify import layouts as L
+from ckptctl.core.verify import safetensors as st
+from ckptctl.core.verify.pickle_walk import Opaque, PickleWalkError, top_level_keys, walk
 from ckptctl.ops.checkpoints import list_checkpoints
 from tests.test_verify import codes
 

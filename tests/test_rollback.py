@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from ckptctl.adapters.runlock import HOLD_ENV
 from ckptctl.cli import output
 from ckptctl.cli.app import app
-from ckptctl.core import rollback as rb
 from ckptctl.core.names import unquarantine_name
+from ckptctl.core.rollback import plan as rb
 from ckptctl.ops import rollback as ops
 from ckptctl.ops.checkpoints import find_latest_complete
 from tests.conftest import REPO, upload_tree

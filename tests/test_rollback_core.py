@@ -1,11 +1,11 @@
-"""The pure rollback/undo plans (ckptctl.core.rollback) as tables: no I/O, no clock."""
+"""The pure rollback/undo plans (ckptctl.core.rollback.plan) as tables: no I/O, no clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckptctl.core import rollback as rb
-from ckptctl.core.rollback import Actor, Candidate, Refusal, RollbackPlan
+from ckptctl.core.rollback import plan as rb
+from ckptctl.core.rollback.plan import Actor, Candidate, Refusal, RollbackPlan
 
 ACTOR = Actor(user="oncall", host="login-1", pid=4242, tool_version="9.9.9")
 STAMP = "20261121T031200Z"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ckptctl.adapters.storage import Entry, Storage
-from ckptctl.core import rollback as rb
+from ckptctl.core.rollback import plan as rb
 from ckptctl.ops import rollback as ops
 from ckptctl.ops.checkpoints import find_latest_complete
 

@@ -20,7 +20,7 @@ from ckptctl.adapters.follow import LineReader
 from ckptctl.cli import output as out
 from ckptctl.cli.app import app
 from ckptctl.cli.watch import LogFormat
-from ckptctl.core.losslog import FORMATS
+from ckptctl.core.watch.losslog import FORMATS
 from ckptctl.errors import InputError, UsageError
 from ckptctl.ops import watch as ops
 

@@ -9,19 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptctl.core.losslog import (
-    AUTO,
-    FORMATS,
-    LogEvent,
-    LossLogParser,
-    LossPoint,
-    PatternError,
-    ResumeMarker,
-    clean_line,
-    compile_pattern,
-    parse_lines,
-)
-from ckptctl.core.watch import (
+from ckptctl.core.watch.analyze import (
     CONTINUOUS,
     DIVERGED,
     INSUFFICIENT,
@@ -38,6 +26,18 @@ from ckptctl.core.watch import (
     fit_trend,
     robust_spread,
     select_rank,
+)
+from ckptctl.core.watch.losslog import (
+    AUTO,
+    FORMATS,
+    LogEvent,
+    LossLogParser,
+    LossPoint,
+    PatternError,
+    ResumeMarker,
+    clean_line,
+    compile_pattern,
+    parse_lines,
 )
 
 # -- parsing: one line of each format ------------------------------------------------------

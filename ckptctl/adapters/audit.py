@@ -22,7 +22,7 @@ from typing import Any
 from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import STATE_DIR_NAME
-from ckptctl.core.rollback import Actor
+from ckptctl.core.rollback.plan import Actor
 
 __all__ = [
     "AUDIT_LOG_NAME",

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl import exit_codes
-from ckptctl.core.launch_plan import exit_code_for, signal_name
+from ckptctl.core.launch.plan import exit_code_for, signal_name
 from ckptctl.errors import CkptctlError
 
 __all__ = ["LaunchError", "LaunchResult", "create_log_file"]

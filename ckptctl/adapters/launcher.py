@@ -54,7 +54,7 @@ from ckptctl.adapters.jobtree import (
     kill_job_tree,
 )
 from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow, create_log_file
-from ckptctl.core.launch_plan import signal_name, signal_of
+from ckptctl.core.launch.plan import signal_name, signal_of
 
 __all__ = [
     "FORWARDED_SIGNALS",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class LogFormat(str, Enum):
-    """``--format`` choices (``ckptctl.core.losslog.FORMATS`` plus auto)."""
+    """``--format`` choices (``ckptctl.core.watch.losslog.FORMATS`` plus auto)."""
 
     auto = "auto"
     ckptctl = "ckptctl"

@@ -4,7 +4,7 @@ Reads the run root (read-only): each complete-looking checkpoint directory's
 ckptctl manifest (``created_unix_s``, ``save_duration_s``) or, without one, its
 files' modification times; and the audit log's recovery records
 (``<root>/.ckptctl/audit.jsonl``, action ``recover``) as the observed failures.
-The numbers come from ``ckptctl.core.cadence.plan_cadence``.
+The numbers come from ``ckptctl.core.recover.cadence.plan_cadence``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from ckptctl.adapters import audit
 from ckptctl.adapters.storage import Storage
-from ckptctl.core import cadence as core
-from ckptctl.core.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from ckptctl.core.names import parse_checkpoint_name
+from ckptctl.core.recover import cadence as core
+from ckptctl.core.verify.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from ckptctl.errors import InputError, UsageError
 
 SCHEMA = "ckptctl.cadence/1"

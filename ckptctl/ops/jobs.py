@@ -28,8 +28,8 @@ from typing import Any
 from ckptctl.adapters import slurm
 from ckptctl.adapters.launcher import LaunchError, Supervisor, create_log_file, kill_job_tree
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan, exit_code_for, signal_name
-from ckptctl.core.slurm_batch import SlurmBatch, plan_slurm_batch
+from ckptctl.core.launch.plan import LaunchPlan, exit_code_for, signal_name
+from ckptctl.core.launch.slurm_batch import SlurmBatch, plan_slurm_batch
 
 LineFn = Callable[[str], bool]
 OutputFn = Callable[[str], None]

@@ -34,7 +34,7 @@ from ckptctl.core.config import (
     LaunchConfig,
     RecoverConfig,
 )
-from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, plan_capacity, plan_launch
+from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, plan_capacity, plan_launch
 from ckptctl.errors import ProblemFound, UsageError
 
 __all__ = [

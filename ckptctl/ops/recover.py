@@ -1,12 +1,12 @@
 """``ckptctl recover``: the whole RB-7 runbook in one command, as a plan that is executed.
 
-``recover`` first builds a ``RecoveryPlan`` (``ckptctl.core.recover_plan``): the
+``recover`` first builds a ``RecoveryPlan`` (``ckptctl.core.recover.plan``): the
 steps with their inputs, the config file read, the backend. A plan with gaps (no
 run root; neither ``--logs`` nor ``--no-logs``) is returned unexecuted
 (``plan-only``, exit 2); run roots that disagree are a usage error. Then the steps
 run in order: classify, triage, drain (only with ``execute_drain``), capacity,
 and the attempt loop (locate + verify, launch through the backend, watch, fall
-back). Every decision is a pure function in ``ckptctl.core.recover``; this module
+back). Every decision is a pure function in ``ckptctl.core.recover.decisions``; this module
 carries them out holding the run root's lock, and returns a ``RecoveryReport``
 (also written to ``<root>/.ckptctl/``). Nothing here prints.
 
@@ -30,10 +30,10 @@ from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import signal_name
-from ckptctl.core.recover_plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
+from ckptctl.core.launch.plan import signal_name
+from ckptctl.core.recover import decisions as core
+from ckptctl.core.recover.plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
 from ckptctl.errors import CkptctlError, UsageError
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan
+from ckptctl.core.launch.plan import LaunchPlan
+from ckptctl.core.recover import decisions as core
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
-from ckptctl.core import incidents
-from ckptctl.core import recover as core
-from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, signal_name
-from ckptctl.core.recover_plan import RecoveryPlan
-from ckptctl.core.slurm_batch import SlurmBatch
+from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
+from ckptctl.core.launch.slurm_batch import SlurmBatch
+from ckptctl.core.recover import decisions as core
+from ckptctl.core.recover import incidents
+from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot

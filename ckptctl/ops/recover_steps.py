@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ckptctl.core import recover as core
 from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import CapacityDecision
+from ckptctl.core.launch.plan import CapacityDecision
+from ckptctl.core.recover import decisions as core
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
 from ckptctl.runroot.lock import HeldLock

@@ -2,7 +2,7 @@
 
 Opens the run root once (``runroot.RunRoot``), gathers facts from one listing
 (``runroot.candidates``: the same walk ``locate`` makes), lets
-``ckptctl.core.rollback`` decide, then applies the plan through
+``ckptctl.core.rollback.plan`` decide, then applies the plan through
 ``runroot.mutate`` (one rename, one audit record). Returns result objects with
 ``to_json()``; never prints.
 
@@ -28,9 +28,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters.audit import AuditLog, current_actor
-from ckptctl.core import rollback as plan_core
 from ckptctl.core.names import STAMP_FORMAT
-from ckptctl.core.rollback import Refusal, RollbackPlan
+from ckptctl.core.rollback import plan as plan_core
+from ckptctl.core.rollback.plan import Refusal, RollbackPlan
 from ckptctl.runroot import audit, lock, mutate
 from ckptctl.runroot.candidates import RootFacts, rollback_facts, undo_facts
 from ckptctl.runroot.inspect import scan_root

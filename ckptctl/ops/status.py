@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ckptctl.adapters.audit import current_actor
-from ckptctl.core.incidents import summarize_incidents
+from ckptctl.core.recover.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_effects import JOB_FILE
 from ckptctl.runroot import audit

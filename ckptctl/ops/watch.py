@@ -1,6 +1,6 @@
 """Use case: is the loss continuous across a resume? Returns a ``WatchResult``; never prints.
 
-Three ways in, one decision (``ckptctl.core.watch.analyze``):
+Three ways in, one decision (``ckptctl.core.watch.analyze.analyze``):
 
 * ``watch_log(path, ...)`` reads a log file, an fsspec URL or ``-`` (stdin),
   whole or ``follow=True`` until a decision or ``timeout_s``.
@@ -26,8 +26,8 @@ from typing import IO, Any
 
 from ckptctl.adapters import metric_sources
 from ckptctl.adapters.follow import STDIN, LineReader, open_lines
-from ckptctl.core import watch as core
-from ckptctl.core.losslog import AUTO, FORMATS, PatternError
+from ckptctl.core.watch import analyze as core
+from ckptctl.core.watch.losslog import AUTO, FORMATS, PatternError
 from ckptctl.errors import InputError, UsageError
 
 #: Version of the JSON document; additions keep it, renames/removals bump it.
@@ -355,7 +355,7 @@ MAX_MANIFEST_BYTES = 16 << 20
 def read_checkpoint(url: str) -> tuple[int, float | None]:
     """(step, tokens or samples seen) from the ckptctl manifest of a checkpoint directory."""
     from ckptctl.adapters.storage import Storage
-    from ckptctl.core.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+    from ckptctl.core.verify.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 
     storage, path = Storage.for_url(url)
     target = path.rstrip("/") + "/" + MANIFEST_NAME

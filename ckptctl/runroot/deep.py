@@ -16,11 +16,11 @@ from typing import IO, TYPE_CHECKING
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.storage import SpecialFileError, Storage
-from ckptctl.core import verify as v
-from ckptctl.core.crc import crc32_combine, crc32_of_pieces
-from ckptctl.core.dcp import DTYPE_ITEMSIZE, DcpIndex, StorageItem
-from ckptctl.core.manifest import Manifest, format_crc32
-from ckptctl.core.records import (
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
+from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, StorageItem
+from ckptctl.core.verify.manifest import Manifest, format_crc32
+from ckptctl.core.verify.records import (
     MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
     RecordFindings,

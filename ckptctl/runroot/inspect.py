@@ -1,7 +1,7 @@
 """Scan a run root and inspect one checkpoint directory against the contract (DESIGN.md).
 
 I/O happens here (through ``Storage``); every decision is a pure function in
-``ckptctl.core.verify``. Cost model, for object stores: the run root is listed
+``ckptctl.core.verify.contract``. Cost model, for object stores: the run root is listed
 once; each probed checkpoint costs one listing plus one read of ``.metadata``
 (and of the manifest and commit marker when present). The deep check (every
 byte) is ``ckptctl.runroot.deep``. Nothing here writes.
@@ -18,9 +18,10 @@ from ckptctl.adapters.dcp_metadata import (
     read_index,
 )
 from ckptctl.adapters.storage import Entry, FileTooLargeError, SpecialFileError, Storage
-from ckptctl.core import verify as v
-from ckptctl.core.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
-from ckptctl.core.manifest import (
+from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
+from ckptctl.core.verify.manifest import (
     COMMIT_MARKER_NAME,
     MANIFEST_NAME,
     Manifest,
@@ -28,7 +29,6 @@ from ckptctl.core.manifest import (
     check_commit_marker,
     parse_manifest,
 )
-from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
 from ckptctl.errors import StorageError, StorageUnreachableError
 from ckptctl.runroot import frameworks
 from ckptctl.runroot.deep import deep_check

@@ -1,7 +1,7 @@
 """A torch-free picture of a DCP ``.metadata`` index, and DCP's on-disk names.
 
 ``ckptctl.adapters.dcp_metadata`` builds these from the pickle with a restricted
-unpickler; the verifier in ``ckptctl.core.verify`` reasons about them.
+unpickler; the verifier in ``ckptctl.core.verify.contract`` reasons about them.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core.dcp import is_dtype_name
-from ckptctl.core.verify import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
+from ckptctl.core.verify.contract import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
+from ckptctl.core.verify.dcp import is_dtype_name
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"

@@ -29,7 +29,7 @@ This module is the import point; the parts live by responsibility in
 
 from __future__ import annotations
 
-from ckptctl.core.config_checks import (  # the checks live there; names stay importable from here
+from ckptctl.core.config.checks import (  # the checks live there; names stay importable from here
     BACKENDS,
     DRAIN_KINDS,
     MIN_NODES_POLICIES,
@@ -51,9 +51,9 @@ from ckptctl.core.config_checks import (  # the checks live there; names stay im
     local_path,
     parse_nnodes,
 )
-from ckptctl.core.config_overrides import ConfigOverrides, apply_overrides
-from ckptctl.core.config_parse import config_from_dict
-from ckptctl.core.config_schema import (
+from ckptctl.core.config.overrides import ConfigOverrides, apply_overrides
+from ckptctl.core.config.parse import config_from_dict
+from ckptctl.core.config.schema import (
     CkptctlConfig,
     ClassifyConfig,
     DrainConfig,

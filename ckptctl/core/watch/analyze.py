@@ -1,6 +1,6 @@
 """Loss continuity across a resume: find the resume in a log, judge the first steps after it.
 
-Pure: functions on parsed events (``ckptctl.core.losslog``), frozen dataclasses
+Pure: functions on parsed events (``ckptctl.core.watch.losslog``), frozen dataclasses
 out. No I/O, no clock. ``analyze`` is the whole decision; ``WatchSession`` feeds
 it incrementally for a live log. The parts live beside it: ``watch_model`` (the
 data), ``watch_resume`` (rank, steps, segments, step checks), ``watch_stats``
@@ -86,15 +86,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ckptctl.core.losslog import LogEvent
-from ckptctl.core.watch_checks import (
+from ckptctl.core.watch.checks import (
     check_loss_scale_and_grad_norm,
     check_schedule,
     check_throughput,
     check_tokens,
     self_baseline_shift,
 )
-from ckptctl.core.watch_judge import (
+from ckptctl.core.watch.judge import (
     compare_reruns,
     decide,
     describe_decision,
@@ -103,7 +102,8 @@ from ckptctl.core.watch_judge import (
     describe_rerun,
     judge_losses,
 )
-from ckptctl.core.watch_model import (
+from ckptctl.core.watch.losslog import LogEvent
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     DIVERGED,
     GRAD_NORM_SHIFT,
@@ -137,7 +137,7 @@ from ckptctl.core.watch_model import (
     WatchReport,
     fmt_num,
 )
-from ckptctl.core.watch_resume import (
+from ckptctl.core.watch.resume import (
     LOST_LINES_TIME_FACTOR,
     accepted_start,
     assign_steps,
@@ -152,7 +152,7 @@ from ckptctl.core.watch_resume import (
     stitch,
     wall_time_per_step,
 )
-from ckptctl.core.watch_stats import (
+from ckptctl.core.watch.stats import (
     curvature_free_residuals,
     fit_trend,
     local_level,
@@ -538,4 +538,4 @@ def analyze(
 
 
 # WatchSession lives in watch_session (it calls analyze); imported last to avoid a cycle.
-from ckptctl.core.watch_session import WatchSession  # noqa: E402
+from ckptctl.core.watch.session import WatchSession  # noqa: E402

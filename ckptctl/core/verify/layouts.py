@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ckptctl.core import verify as v
-from ckptctl.core.dcp import SHARD_SUFFIX
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.dcp import SHARD_SUFFIX
 
 Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "deepspeed-dir", "text", "none"]
 """How a part is verified: a DCP directory against its .metadata; a torch.save zip by its
