@@ -33,8 +33,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from ckptctl.core.watch.analyze import CONTINUOUS, WatchConfig, analyze
-from ckptctl.core.watch.losslog import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.model import CONTINUOUS, WatchConfig
 
 NOISE_LEVELS = (0.005, 0.02, 0.05)
 """Noise sd as a fraction of the loss level."""

@@ -9,7 +9,7 @@ import pytest
 
 from ckptctl.adapters.dcp_metadata import MetadataError, read_index
 from ckptctl.core.verify.records import check_record, parse_directory
-from ckptctl.ops.checkpoints import verify_checkpoint
+from ckptctl.runroot.locate import verify_checkpoint
 from tests.fuzz.corpus import Case, metadata_cases, record_cases, write_small_checkpoint
 
 

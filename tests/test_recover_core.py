@@ -268,7 +268,7 @@ def test_an_interrupted_ckptctl_stops_whatever_the_job_did(
 
 
 def test_every_bad_verdict_falls_back_and_no_other_does() -> None:
-    from ckptctl.core.watch.analyze import VERDICTS
+    from ckptctl.core.watch.model import VERDICTS
 
     for verdict in VERDICTS:
         nxt = decide_after_attempt([att(30, 0, verdict)], max_attempts=3)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ckptctl.core.config import CkptctlConfig, LaunchConfig, SlurmConfig
+from ckptctl.core.config.schema import CkptctlConfig, LaunchConfig, SlurmConfig
 from ckptctl.core.launch.plan import plan_launch
 from ckptctl.core.launch.slurm_batch import plan_slurm_batch
 from ckptctl.core.recover.incidents import build_incident, summarize_incidents

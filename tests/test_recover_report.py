@@ -20,7 +20,7 @@ import pytest
 
 from ckptctl.adapters.runlock import lock_path
 from ckptctl.adapters.storage import Storage
-from ckptctl.core.config import CkptctlConfig
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import plan_capacity
 from ckptctl.core.recover.decisions import DrainCommand
 from ckptctl.ops import recover_steps

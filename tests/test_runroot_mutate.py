@@ -13,7 +13,7 @@ import fsspec
 import pytest
 
 from ckptctl.core.names import parse_checkpoint_name
-from ckptctl.core.rollback.plan import AuditRecord
+from ckptctl.core.rollback.model import AuditRecord
 from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
 from ckptctl.runroot import audit, mutate
 from ckptctl.runroot.root import RunRoot

@@ -20,7 +20,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from ckptctl.core.verify.manifest import check_commit_marker
-from ckptctl.ops.checkpoints import find_latest_complete, verify_checkpoint
+from ckptctl.runroot.locate import find_latest_complete, verify_checkpoint
 from ckptctl.training import (
     PREEMPTED_EXIT_CODE,
     SAVE_PHASES,

@@ -11,14 +11,13 @@ import pytest
 
 from ckptctl.core.verify.contract import PROBLEM_CODES
 from ckptctl.core.verify.manifest import MANIFEST_NAME
-from ckptctl.ops.checkpoints import (
-    CheckOptions,
-    CheckpointReport,
+from ckptctl.runroot.locate import (
     find_latest_complete,
     list_checkpoints,
     verify_checkpoint,
     verify_target,
 )
+from ckptctl.runroot.reports import CheckOptions, CheckpointReport
 from tests.damage import (
     flip_bit,
     hostile_metadata,

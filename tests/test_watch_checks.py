@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptctl.core.watch.analyze import (
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.losslog import parse_lines
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,
     LOSS_SCALE_RESTART,
@@ -23,9 +25,7 @@ from ckptctl.core.watch.analyze import (
     THROUGHPUT_REGRESSION,
     TOKENS_MISMATCH,
     WatchReport,
-    analyze,
 )
-from ckptctl.core.watch.losslog import parse_lines
 
 T0 = 1_760_000_000.0
 TOKENS_PER_STEP = 4096

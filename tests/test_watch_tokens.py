@@ -14,13 +14,9 @@ import pytest
 
 from ckptctl.adapters.follow import LineReader
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.losslog import (
-    MAX_LINE_CHARS,
-    LossLogParser,
-    LossPoint,
-    ResumeMarker,
-    parse_lines,
-)
+from ckptctl.core.watch.logevents import LossPoint, ResumeMarker
+from ckptctl.core.watch.logtokens import MAX_LINE_CHARS
+from ckptctl.core.watch.losslog import LossLogParser, parse_lines
 
 # (text, key, value, total)
 FIELDS = [

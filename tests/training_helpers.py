@@ -146,7 +146,7 @@ FORKSERVER_PRELOAD = [
     "numpy.random",
     "fsspec",
     "ckptctl.training",
-    "ckptctl.ops.checkpoints",
+    "ckptctl.runroot.locate",
     "tests.training_helpers",
 ]
 

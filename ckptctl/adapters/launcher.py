@@ -51,20 +51,15 @@ from ckptctl.adapters.jobtree import (
     _signal_group,
     _signal_pid,
     _still_running,
-    kill_job_tree,
 )
-from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow, create_log_file
+from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow
 from ckptctl.core.launch.plan import signal_name, signal_of
 
 __all__ = [
     "FORWARDED_SIGNALS",
-    "LaunchError",
-    "LaunchResult",
     "LineFn",
     "OutputFn",
     "Supervisor",
-    "create_log_file",
-    "kill_job_tree",
     "run_supervised",
 ]
 

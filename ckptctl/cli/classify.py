@@ -16,8 +16,9 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
-    from ckptctl.core.classify import Event, Suspect
-    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.core.classify.events import Event
+    from ckptctl.core.classify.suspects import Suspect
+    from ckptctl.ops.classify_result import ClassifyResult
 
 # ops is imported inside the command: `ckptctl --help` must stay fast.
 

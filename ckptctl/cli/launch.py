@@ -84,7 +84,7 @@ def launch_cmd(
 ) -> None:
     """Run the training job under torchrun elastic, supervised: output to the console and to
     a log file, Ctrl-C/SIGTERM forwarded to the job as SIGTERM, the job's exit code returned."""
-    from ckptctl.core.config import ConfigOverrides
+    from ckptctl.core.config.overrides import ConfigOverrides
     from ckptctl.ops import launch as ops
 
     words = list(command or [])

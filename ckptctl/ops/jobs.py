@@ -26,8 +26,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters import slurm
-from ckptctl.adapters.launcher import LaunchError, Supervisor, create_log_file, kill_job_tree
-from ckptctl.core.config import CkptctlConfig
+from ckptctl.adapters.jobtree import kill_job_tree
+from ckptctl.adapters.launch_result import LaunchError, create_log_file
+from ckptctl.adapters.launcher import Supervisor
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan, exit_code_for, signal_name
 from ckptctl.core.launch.slurm_batch import SlurmBatch, plan_slurm_batch
 

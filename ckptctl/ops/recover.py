@@ -30,7 +30,7 @@ from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.core.config import CkptctlConfig
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import signal_name
 from ckptctl.core.recover import decisions as core
 from ckptctl.core.recover.plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
@@ -51,7 +51,10 @@ from ckptctl.ops.recover_report import (
 from ckptctl.runroot import lock
 from ckptctl.runroot.root import RunRoot, as_run_root
 
-__all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
+__all__ = [
+    "plan_recovery",
+    "recover",
+]
 
 EventFn = Callable[[str, str], None]
 """(stage, message): narration of each decision as it is taken."""
@@ -249,9 +252,9 @@ def _walk(
     max_attempts: int,
     on_output: OutputFn | None,
 ) -> RecoveryReport:
-    from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.classify import classify_logs
     from ckptctl.ops.launch import prepare_launch
+    from ckptctl.runroot.locate import find_latest_complete
 
     report = rec.report
     url = root.url

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.core.config import CkptctlConfig
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan
 from ckptctl.core.recover import decisions as core
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
-from ckptctl.runroot.lock import INHERITED_TOKEN_ENV, HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
-    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.ops.classify_result import ClassifyResult
     from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 

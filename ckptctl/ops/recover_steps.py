@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ckptctl.core.config import CkptctlConfig
+from ckptctl.adapters.runlock import HeldLock
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import CapacityDecision
 from ckptctl.core.recover import decisions as core
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def await_capacity(
     ``capacity_poll_s`` until enough hosts are healthy or ``capacity_timeout_s`` passes.
     A dry run asks once and never waits.
     """
-    from ckptctl.ops.launch import plan_capacity
+    from ckptctl.core.launch.plan import plan_capacity
 
     lc, rc = config.launch, config.recover
     command = rc.hosts_command
@@ -217,8 +217,8 @@ def quarantine_bad_resume(
     the attempt has ended (the backends wait for it), so every complete checkpoint at a
     later step now was written by it and carries the same bad state.
     """
-    from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.rollback import rollback
+    from ckptctl.runroot.locate import find_latest_complete
 
     why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
     if step is not None:

@@ -28,14 +28,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters.audit import AuditLog, current_actor
+from ckptctl.adapters.runlock import HeldLock
 from ckptctl.core.names import STAMP_FORMAT
 from ckptctl.core.rollback import plan as plan_core
-from ckptctl.core.rollback.plan import Refusal, RollbackPlan
+from ckptctl.core.rollback.model import COMPLETE, QUARANTINE, Refusal, RollbackPlan
 from ckptctl.runroot import audit, lock, mutate
 from ckptctl.runroot.candidates import RootFacts, rollback_facts, undo_facts
 from ckptctl.runroot.inspect import scan_root
 from ckptctl.runroot.locate import find_latest_complete
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.reports import CheckOptions, PointerHint, ProgressFn
 from ckptctl.runroot.root import RunRoot, as_run_root
 
@@ -217,7 +217,7 @@ def _run(
         return _Prepared(decision, {c.name: c.status for c in cands})
 
     def apply(prepared: _Prepared) -> None:
-        act = mutate.quarantine if prepared.plan.action == plan_core.QUARANTINE else mutate.restore
+        act = mutate.quarantine if prepared.plan.action == QUARANTINE else mutate.restore
         act(rr, prepared.plan.record)
         result.done = True
         _check_after(result, prepared.plan, prepared.known, rr, progress)
@@ -262,7 +262,7 @@ def _check_after(
     """Locate again (quick, as `ckptctl locate` does) and compare with the plan."""
     located = find_latest_complete(root, progress=progress)
     after = located.checkpoint
-    if plan.action == plan_core.QUARANTINE:
+    if plan.action == QUARANTINE:
         for p in located.pointers:
             if _names(p, plan.source, plan.step):
                 result.warnings.append(
@@ -274,7 +274,7 @@ def _check_after(
     if after_name == plan.next_locate:
         result.locate = after.path if after else None
         return
-    if after_name is not None and known.get(after_name) not in (None, plan_core.COMPLETE):
+    if after_name is not None and known.get(after_name) not in (None, COMPLETE):
         # The plan saw a stronger verdict (--deep) than a quick locate can: keep to it.
         result.locate = plan.path(plan.next_locate)
         result.warnings.append(

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from ckptctl.adapters import audit as log_file
 from ckptctl.adapters.audit import AuditLog, current_actor
-from ckptctl.core.rollback.plan import AuditRecord
+from ckptctl.core.rollback.model import AuditRecord
 from ckptctl.runroot.root import RunRoot
 
 AuditAction = Literal[

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ckptctl.core.rollback.plan import Candidate
+from ckptctl.core.rollback.model import Candidate
 from ckptctl.core.verify import contract as v
 from ckptctl.errors import NotFoundError
 from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, scan_root

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
-from ckptctl.adapters.storage import SpecialFileError, Storage
+from ckptctl.adapters.localfile import SpecialFileError
+from ckptctl.adapters.storage import Storage
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, StorageItem

@@ -17,9 +17,11 @@ from ckptctl.adapters.dcp_metadata import (
     merge_indexes,
     read_index,
 )
-from ckptctl.adapters.storage import Entry, FileTooLargeError, SpecialFileError, Storage
+from ckptctl.adapters.localfile import SpecialFileError
+from ckptctl.adapters.storage import Entry, FileTooLargeError, Storage
 from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
 from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import layouts
 from ckptctl.core.verify.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
 from ckptctl.core.verify.manifest import (
     COMMIT_MARKER_NAME,
@@ -348,7 +350,7 @@ def inspect_checkpoint(
             report.world_size, report.world_size_source = fw.world_size, "model states"
         contents = fw.contents
     elif indexes:
-        contents = frameworks.L.contents_of(None, frameworks.L.state_key_roots(
+        contents = layouts.contents_of(None, layouts.state_key_roots(
             k for idx in indexes for k in (*idx.tensors, *idx.byte_fqns)))
     report.notes = [*notes, *report.notes]  # the deep check adds its own notes to the report
     frameworks.finish(report, contents, problems, options)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 
 from ckptctl.core.names import deleting_name, parse_own_name, superseded_name
-from ckptctl.core.rollback.plan import QUARANTINE, RESTORE, AuditRecord
+from ckptctl.core.rollback.model import QUARANTINE, RESTORE, AuditRecord
 from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit

@@ -25,7 +25,7 @@ def _metadata(path: str) -> str:
 
 
 def _verify(path: str, deep: bool = False) -> str:
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     return verify_checkpoint(path, deep=deep).status
 

@@ -1,6 +1,6 @@
 """The typed ``ckptctl.yaml``: what to launch, where checkpoints live, how recover behaves.
 
-Pure: ``config_from_dict`` turns the plain data that YAML produced into frozen
+Pure: ``parse.config_from_dict`` turns the plain data that YAML produced into frozen
 dataclasses, and every dataclass validates itself on construction (so a config
 built in code, or changed with ``dataclasses.replace``, is checked the same
 way). Every message names the field (``launch.nnodes: ...``); an unknown key is
@@ -20,76 +20,9 @@ File layout (every key optional; docs/launch.md is the reference)::
       min_nodes_policy: wait             # or shrink
       drain: {kind: slurm}
 
-CLI flags override file values through ``ConfigOverrides`` + ``apply_overrides``.
+CLI flags override file values through ``overrides.ConfigOverrides`` + ``apply_overrides``.
 
-This module is the import point; the parts live by responsibility in
-``config_schema`` (the dataclasses), ``config_parse`` (plain data -> dataclasses),
-``config_overrides`` (command-line flags) and ``config_checks`` (field checks).
+The parts live by responsibility: ``schema`` (the dataclasses), ``parse`` (plain data ->
+dataclasses), ``overrides`` (command-line flags) and ``checks`` (field checks). Import each
+name from the module that defines it.
 """
-
-from __future__ import annotations
-
-from ckptctl.core.config.checks import (  # the checks live there; names stay importable from here
-    BACKENDS,
-    DRAIN_KINDS,
-    MIN_NODES_POLICIES,
-    NPROC_WORDS,
-    Backend,
-    DrainKind,
-    MinNodesPolicy,
-    check_endpoint,
-    check_hosts,
-    check_int,
-    check_local_dir,
-    check_nproc_per_node,
-    check_seconds,
-    check_str_map,
-    check_str_tuple,
-    check_watch_settings,
-    check_word,
-    is_local_url,
-    local_path,
-    parse_nnodes,
-)
-from ckptctl.core.config.overrides import ConfigOverrides, apply_overrides
-from ckptctl.core.config.parse import config_from_dict
-from ckptctl.core.config.schema import (
-    CkptctlConfig,
-    ClassifyConfig,
-    DrainConfig,
-    LaunchConfig,
-    RecoverConfig,
-    SlurmConfig,
-)
-
-__all__ = [
-    "BACKENDS",
-    "DRAIN_KINDS",
-    "MIN_NODES_POLICIES",
-    "NPROC_WORDS",
-    "Backend",
-    "CkptctlConfig",
-    "ClassifyConfig",
-    "ConfigOverrides",
-    "DrainConfig",
-    "DrainKind",
-    "LaunchConfig",
-    "MinNodesPolicy",
-    "RecoverConfig",
-    "SlurmConfig",
-    "apply_overrides",
-    "check_endpoint",
-    "check_hosts",
-    "check_int",
-    "check_local_dir",
-    "check_nproc_per_node",
-    "check_seconds",
-    "check_str_map",
-    "check_str_tuple",
-    "check_watch_settings",
-    "check_word",
-    "config_from_dict",
-    "is_local_url",
-    "local_path",
-    "parse_nnodes",
-]

@@ -50,24 +50,8 @@ from ckptctl.core.rollback.model import (
 )
 
 __all__ = [
-    "AMBIGUOUS_STEP",
-    "COMPLETE",
-    "NAME_TAKEN",
-    "NOTHING_TO_ROLL_BACK",
-    "NOTHING_TO_UNDO",
-    "NO_FALLBACK",
-    "NO_SUCH_STEP",
-    "QUARANTINE",
-    "RESTORE",
-    "ROOT_CHANGED",
-    "Actor",
-    "AuditRecord",
-    "Candidate",
-    "Refusal",
-    "RollbackPlan",
     "plan_rollback",
     "plan_undo",
-    "stamp_of",
     "stamp_to_iso",
 ]
 

@@ -102,38 +102,23 @@ from ckptctl.core.watch.judge import (
     describe_rerun,
     judge_losses,
 )
-from ckptctl.core.watch.losslog import LogEvent
+from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.model import (
     CONTINUOUS,
-    DIVERGED,
-    GRAD_NORM_SHIFT,
     INSUFFICIENT,
-    LOSS_SCALE_RESTART,
     LOST_LOG_LINES,
-    MAD_TO_SIGMA,
     NAN,
-    NOTE_CODES,
-    PROBLEMS,
     RELATIVE_COUNTER,
     REPLAYED,
-    SCHEDULE_RESET,
     SELF_BASELINE,
     SKIPPED,
-    SPIKE,
-    THROUGHPUT_REGRESSION,
-    TOKENS_MISMATCH,
     VERDICTS,
     BaselineStats,
     Finding,
-    JudgedPoint,
     ObservedStats,
     RerunStats,
-    Segment,
     ThresholdStats,
-    TracePoint,
-    Trend,
     WatchConfig,
-    WatchConfigError,
     WatchReport,
     fmt_num,
 )
@@ -147,63 +132,14 @@ from ckptctl.core.watch.resume import (
     log_interval_and_gap,
     lost_line_gaps,
     segment,
-    select_rank,
     step_convention,
     stitch,
     wall_time_per_step,
 )
-from ckptctl.core.watch.stats import (
-    curvature_free_residuals,
-    fit_trend,
-    local_level,
-    longest_run,
-    robust_spread,
-)
 
 __all__ = [
-    "CONTINUOUS",
-    "DIVERGED",
-    "GRAD_NORM_SHIFT",
-    "INSUFFICIENT",
-    "LOSS_SCALE_RESTART",
-    "LOST_LOG_LINES",
-    "MAD_TO_SIGMA",
-    "NAN",
-    "NOTE_CODES",
-    "PROBLEMS",
-    "RELATIVE_COUNTER",
-    "REPLAYED",
-    "SCHEDULE_RESET",
-    "SELF_BASELINE",
-    "SKIPPED",
-    "SPIKE",
-    "THROUGHPUT_REGRESSION",
-    "TOKENS_MISMATCH",
-    "VERDICTS",
-    "BaselineStats",
-    "Finding",
-    "JudgedPoint",
-    "ObservedStats",
-    "RerunStats",
-    "Segment",
-    "ThresholdStats",
-    "TracePoint",
-    "Trend",
-    "WatchConfig",
-    "WatchConfigError",
-    "WatchReport",
-    "WatchSession",
     "analyze",
-    "curvature_free_residuals",
-    "fit_trend",
-    "local_level",
-    "log_interval_and_gap",
-    "longest_run",
-    "robust_spread",
-    "segment",
-    "select_rank",
-    "stitch",
-]  # fmt: skip
+]
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -538,4 +474,3 @@ def analyze(
 
 
 # WatchSession lives in watch_session (it calls analyze); imported last to avoid a cycle.
-from ckptctl.core.watch.session import WatchSession  # noqa: E402

@@ -47,7 +47,6 @@ from ckptctl.core.watch.logevents import (
     LogEvent,
     LossPoint,
     RestartDetector,
-    ResumeMarker,
     match_marker,
 )
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
@@ -55,16 +54,10 @@ from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 __all__ = [
     "AUTO",
     "FORMATS",
-    "MAX_LINE_CHARS",
     "PATTERN",
-    "LogEvent",
     "LossLogParser",
-    "LossPoint",
     "PatternError",
-    "ResumeMarker",
-    "clean_line",
     "compile_pattern",
-    "parse_float",
     "parse_lines",
 ]
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core.watch.losslog import ResumeMarker
+from ckptctl.core.watch.logevents import ResumeMarker
 
 CONTINUOUS = "continuous"
 SPIKE = "spike"

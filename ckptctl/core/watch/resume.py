@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ckptctl.core.watch.losslog import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
 from ckptctl.core.watch.stats import quantile
 

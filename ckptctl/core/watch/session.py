@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptctl.core.watch.losslog import AUTO, LogEvent, LossLogParser, LossPoint, ResumeMarker
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.losslog import AUTO, LossLogParser
 from ckptctl.core.watch.model import WatchConfig, WatchReport
 
 
