@@ -22,7 +22,13 @@ from ckptctl.adapters.storage import Entry, FileTooLargeError, Storage
 from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify import layouts
-from ckptctl.core.verify.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
+from ckptctl.core.verify.dcp import (
+    METADATA_NAME,
+    RANK_METADATA_NAME,
+    SHARD_SUFFIX,
+    DcpIndex,
+    DcpUnit,
+)
 from ckptctl.core.verify.manifest import (
     COMMIT_MARKER_NAME,
     MANIFEST_NAME,
@@ -106,16 +112,6 @@ def scan_root(storage: Storage, root: str, entries: list[Entry] | None = None) -
 # ---------------------------------------------------------------------------------------
 # One checkpoint
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class DcpUnit:
-    """One DCP directory inside a checkpoint: the step dir itself or a nested one (HF)."""
-
-    subdir: str
-    files: dict[str, int]
-    index: DcpIndex | None = None
-    rank_local: int = 0
 
 
 def _kind_without_dcp(files: dict[str, int], subdirs: list[str]) -> tuple[str, v.Problem]:

@@ -108,6 +108,18 @@ class DcpIndex:
     version: str | None = None
 
 
+@dataclass(slots=True)
+class DcpUnit:
+    """One DCP directory inside a checkpoint: the step dir itself or a nested one (HF).
+
+    ``runroot.inspect`` lists and parses it; ``runroot.deep`` reads its records."""
+
+    subdir: str
+    files: dict[str, int]
+    index: DcpIndex | None = None
+    rank_local: int = 0
+
+
 @functools.lru_cache(maxsize=65536)
 def shard_rank(name: str) -> int | None:
     """The writer rank of a ``__r_n.distcp`` file name, else None."""

@@ -471,6 +471,3 @@ def analyze(
         confidence=confidence,
         checks=checks,
     )
-
-
-# WatchSession lives in watch_session (it calls analyze); imported last to avoid a cycle.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ckptctl.core.watch.analyze import analyze
 from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.losslog import AUTO, LossLogParser
 from ckptctl.core.watch.model import WatchConfig, WatchReport
@@ -133,8 +134,6 @@ class WatchSession:
     def evaluate(self, *, final: bool = False) -> WatchReport:
         """Analyse everything read so far (``final``: the log is complete; see ``analyze``)."""
         pending = self._log_parser.peek()
-        from ckptctl.core.watch.analyze import analyze
-
         self._report = analyze(
             self._log_events if pending is None else [*self._log_events, pending],
             baseline_events=self._baseline_events,
