@@ -64,12 +64,12 @@ def register(app: typer.Typer) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
         resume), job (fix it, do not resume), preemption (just resume) or unknown (and which
         log would settle it). Exit code 10/11/12/13 by verdict."""
-        from ckptctl.ops import classify as ops
+        from ckptctl.ops import classify as classify_ops
         from ckptctl.ops.launch import load_config
 
         configured = load_config(config_path).classify.signatures
         with out.byte_progress("reading logs") as bar:
-            result = ops.classify_logs(
+            result = classify_ops.classify_logs(
                 logs, extra_signature_files=[*configured, *(signatures or [])], progress=bar.advance, jobs=jobs
             )
         for s in result.skipped:

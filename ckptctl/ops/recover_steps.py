@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ckptctl.adapters.runlock import HeldLock
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import CapacityDecision
-from ckptctl.core.recover import decisions as core
+from ckptctl.core.recover import decisions
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
 from ckptctl.runroot.root import RunRoot
@@ -39,7 +39,7 @@ class Narrator(Protocol):
     def log(self, stage: str, message: str, **data: Any) -> None: ...
 
 
-def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
+def run_drain(cmd: decisions.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
     """Run one drain command to the end (bounded by ``timeout_s``); how it went."""
     try:
         proc = subprocess.run(list(cmd.argv), capture_output=True, text=True, timeout=timeout_s)
@@ -190,7 +190,7 @@ def feed_watch(watcher: Any, state: dict[str, Any], line: str) -> bool:
             return False
         state["verdict"] = res.verdict
         state["result"] = res.to_json()
-        return core.classify_verdict(res.verdict) == "bad"
+        return decisions.classify_verdict(res.verdict) == "bad"
 
 
 def read_lines(path: str | None) -> list[str]:

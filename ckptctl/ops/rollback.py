@@ -30,8 +30,8 @@ from typing import Any
 from ckptctl.adapters.audit import AuditLog, current_actor
 from ckptctl.adapters.runlock import HeldLock
 from ckptctl.core.names import STAMP_FORMAT
-from ckptctl.core.rollback import plan as plan_core
 from ckptctl.core.rollback.model import COMPLETE, QUARANTINE, Refusal, RollbackPlan
+from ckptctl.core.rollback.plan import plan_rollback, plan_undo
 from ckptctl.runroot import audit, lock, mutate
 from ckptctl.runroot.candidates import RootFacts, rollback_facts, undo_facts
 from ckptctl.runroot.inspect import scan_root
@@ -127,7 +127,7 @@ def rollback(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: rollback_facts(rr, step=step, options=options, progress=progress),
-        decide=lambda known, url, stamp: plan_core.plan_rollback(
+        decide=lambda known, url, stamp: plan_rollback(
             known.candidates,
             root=url,
             now_stamp=stamp,
@@ -159,7 +159,7 @@ def undo(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: undo_facts(rr, step=step, progress=progress),
-        decide=lambda known, url, stamp: plan_core.plan_undo(
+        decide=lambda known, url, stamp: plan_undo(
             known.candidates,
             root=url,
             now_stamp=stamp,
