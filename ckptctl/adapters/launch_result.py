@@ -1,7 +1,4 @@
-"""How a supervised job ended (``LaunchResult``), the launch error, and the job's log file.
-
-Import these names from ``ckptctl.adapters.launcher``.
-"""
+"""How a supervised job ended (``LaunchResult``), the launch error, and the job's log file."""
 
 from __future__ import annotations
 
@@ -56,7 +53,7 @@ class LaunchResult:
 
     @property
     def exit_code(self) -> int:
-        """ckptctl's exit code for this job (see ``core.launch_plan.exit_code_for``)."""
+        """ckptctl's exit code for this job (see ``core.launch.plan.exit_code_for``)."""
         return exit_code_for(self.returncode, self.interrupted_by)
 
     @property

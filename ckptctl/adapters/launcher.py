@@ -27,7 +27,7 @@ and the job runs on without its console.
 
 The parts live by responsibility: ``jobtree`` (the job's processes and how they
 are signalled), ``launch_result`` (``LaunchResult``, ``LaunchError``, the log
-file) and here the ``Supervisor``; every public name is importable from here.
+file) and here the ``Supervisor``.
 """
 
 from __future__ import annotations

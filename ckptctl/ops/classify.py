@@ -13,7 +13,7 @@ be read is it an error (``InputError``, exit 1).
 
 The parts live by responsibility: ``classify_catalog`` (the signature files),
 ``classify_scan`` (engine, workers, block matching) and ``classify_result``
-(``ClassifyResult`` and its JSON); every public name is importable from here.
+(``ClassifyResult`` and its JSON); import each name from its module.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """classify's signature catalog: the built-in catalogs and the user's files, parsed and merged.
 
 The YAML is read here (safe loader); ``ckptctl.core.classify`` checks and merges
-the parsed data. Import these names from ``ckptctl.ops.classify``.
+the parsed data.
 """
 
 from __future__ import annotations

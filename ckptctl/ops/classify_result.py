@@ -1,7 +1,4 @@
-"""classify's result: ``ClassifyResult`` (the verdict, its evidence, what was read) and its JSON.
-
-Import these names from ``ckptctl.ops.classify``.
-"""
+"""classify's result: ``ClassifyResult`` (the verdict, its evidence, what was read) and its JSON."""
 
 from __future__ import annotations
 

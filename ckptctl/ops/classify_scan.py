@@ -2,7 +2,7 @@
 
 ``_BlockMatcher`` matches the blocks of one input here or in worker processes
 (bounded queue, constant memory); ``classify_logs`` (``ckptctl.ops.classify``)
-keeps the per-file state. Import the public names from ``ckptctl.ops.classify``.
+keeps the per-file state.
 """
 
 from __future__ import annotations

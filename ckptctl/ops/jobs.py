@@ -6,7 +6,7 @@
 * ``local``, ``detach``: torchrun in its own session writing straight to its log file
   (no pipe to ckptctl, so ckptctl's exit cannot break it); ckptctl follows the file
   and returns once the watch has decided, leaving a healthy job running.
-* ``slurm``: the batch script (``core.slurm_batch.plan_slurm_batch``) is written next
+* ``slurm``: the batch script (``core.launch.slurm_batch.plan_slurm_batch``) is written next
   to the job logs and submitted with ``sbatch --parsable``; ckptctl follows the job's
   output file and returns when the watch decides (the job runs on under Slurm), or
   when the job ends. A bad verdict cancels the job (``scancel``: SIGTERM, so the

@@ -3,8 +3,7 @@
 Every dataclass checks its fields in ``__post_init__`` (so a config built in
 code, or changed with ``dataclasses.replace``, is checked the same way as one
 read from YAML by ``ckptctl.core.config.parse``). Every message names the field
-(``launch.nnodes: ...``). Stdlib only; import these names from
-``ckptctl.core.config``.
+(``launch.nnodes: ...``). Stdlib only.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Rules (DESIGN.md, "Data-safety rules"):
   its name; or the one at ``step``) and refuses when its original name is taken.
 
 The values (``Candidate``, ``AuditRecord``, ``RollbackPlan``, ``Refusal``, the
-codes) live in ``ckptctl.core.rollback.model``; every name is importable from here.
+codes) live in ``ckptctl.core.rollback.model``.
 """
 
 from __future__ import annotations

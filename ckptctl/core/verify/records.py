@@ -208,7 +208,7 @@ def data_offset(local_header: bytes, member: Member) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RecordProblem:
-    """One thing wrong with a record: a stable code (``core.verify.PROBLEM_CODES``) and a message."""
+    """One thing wrong with a record: a stable code (``core.verify.contract.PROBLEM_CODES``) and a message."""
 
     code: ProblemCode
     """``crc-mismatch``, ``record-truncated`` or ``record-corrupt``."""

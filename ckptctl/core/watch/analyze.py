@@ -2,11 +2,11 @@
 
 Pure: functions on parsed events (``ckptctl.core.watch.losslog``), frozen dataclasses
 out. No I/O, no clock. ``analyze`` is the whole decision; ``WatchSession`` feeds
-it incrementally for a live log. The parts live beside it: ``watch_model`` (the
-data), ``watch_resume`` (rank, steps, segments, step checks), ``watch_stats``
-(robust statistics), ``watch_judge`` (the loss judgement and its words),
-``watch_checks`` (tokens, schedule, throughput, loss scale, grad norm,
-self-baseline). Every public name stays importable from here.
+it incrementally for a live log (``session``). The parts live beside it: ``model`` (the
+data), ``resume`` (rank, steps, segments, step checks), ``stats``
+(robust statistics), ``judge`` (the loss judgement and its words),
+``checks`` (tokens, schedule, throughput, loss scale, grad norm,
+self-baseline).
 
 How a log is read
 -----------------
