@@ -40,11 +40,11 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ckptctl.core.watch.analyze.losslog import LossLogParser
+from ckptctl.core.watch.losslog import LossLogParser
 from ckptctl.ops.watch import watch_log
 
 OLD_READER_COMMIT = "62bcdd0"
-"""The last commit with the regex-per-format reader (``ckptctl/core/watch/losslog.py``)."""
+"""The last commit with the regex-per-format reader (``ckptctl/core/losslog.py``)."""
 
 # -- noise every job log has -----------------------------------------------------------------
 
@@ -257,14 +257,14 @@ def _old_reader() -> types.ModuleType | None:
     root = Path(__file__).resolve().parent.parent
     try:
         source = subprocess.run(
-            ["git", "show", f"{OLD_READER_COMMIT}:ckptctl/core/watch/losslog.py"],
+            ["git", "show", f"{OLD_READER_COMMIT}:ckptctl/core/losslog.py"],
             cwd=root, capture_output=True, text=True, check=True, timeout=30,
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     module = types.ModuleType("old_losslog")
     sys.modules["old_losslog"] = module  # dataclasses look their module up
-    exec(compile(source, f"{OLD_READER_COMMIT}:ckptctl/core/watch/losslog.py", "exec"), module.__dict__)
+    exec(compile(source, f"{OLD_READER_COMMIT}:ckptctl/core/losslog.py", "exec"), module.__dict__)
     return module
 
 
