@@ -9,15 +9,18 @@ that need atomicity use a commit marker instead.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import posixpath
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from ckptctl.adapters.localfile import open_regular
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
@@ -30,13 +33,32 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
 
-__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "Storage"]
+#: Ranged reads from object stores (``open_range``): bytes per GET, and GETs in flight per reader.
+RANGE_GET_BYTES = 8 << 20
+RANGE_GETS_IN_FLIGHT = 2
+
+__all__ = [
+    "MAX_WHOLE_READ_BYTES",
+    "RANGE_GETS_IN_FLIGHT",
+    "RANGE_GET_BYTES",
+    "STORAGE_OPTIONS_ENV",
+    "Entry",
+    "FileTooLargeError",
+    "RangeReader",
+    "Storage",
+]
 
 
 class FileTooLargeError(StorageError):
     """A whole-file read of something bigger than the caller's cap."""
 
 
+class RangeReader(Protocol):
+    """What ``Storage.open_range`` yields: sequential ``readinto`` from the range's start."""
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        """Fill the start of ``buffer``; the number of bytes, 0 at the end."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +332,33 @@ class Storage:
         finally:
             f.close()
 
+    @contextmanager
+    def open_range(self, path: str, start: int, end: int) -> Iterator[RangeReader]:
+        """Read ``[start, end)`` of ``path`` sequentially (the deep check's segments).
+
+        Local files: one descriptor at ``start``, the kernel told the range is read once,
+        in order (``posix_fadvise`` SEQUENTIAL: a larger readahead window). Object stores:
+        ranged GETs of ``RANGE_GET_BYTES``, ``RANGE_GETS_IN_FLIGHT`` of them ahead of the
+        reader, never past ``end``. Read errors are ``StorageError``s.
+        """
+        if self.is_local:
+            f = self._call("open", path, lambda: open_regular(path, buffering=0))
+            try:
+                fd = f.fileno()
+                self._call("seek", path, lambda: os.lseek(fd, start, os.SEEK_SET))
+                if hasattr(os, "posix_fadvise") and end > start:
+                    with contextlib.suppress(OSError):  # advice only (some file systems refuse it)
+                        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_SEQUENTIAL)
+                yield _LocalRange(self, path, f)
+            finally:
+                f.close()
+        else:
+            reader = _RangedGets(self, path, start, end)
+            try:
+                yield reader
+            finally:
+                reader.close()
+
     def exists(self, path: str) -> bool:
         return self.info(path) is not None
 
@@ -402,3 +451,68 @@ class Storage:
         invalidate = getattr(self.fs, "invalidate_cache", None)
         if invalidate is not None:
             invalidate(path)
+
+
+class _LocalRange:
+    def __init__(self, storage: Storage, path: str, f: IO[bytes]) -> None:
+        self._storage, self._path, self._f = storage, path, f
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        readinto = self._f.readinto  # type: ignore[attr-defined]
+        return int(self._storage._call("read", self._path, lambda: readinto(buffer)) or 0)
+
+
+class _RangedGets:
+    """``[start, end)`` of an object as ranged GETs, a few in flight ahead of the reader.
+
+    Memory: at most ``RANGE_GETS_IN_FLIGHT + 1`` GETs' bytes per reader. A GET that comes
+    back short is the object's end: nothing after it is asked for.
+    """
+
+    def __init__(self, storage: Storage, path: str, start: int, end: int) -> None:
+        self._storage, self._path, self._end = storage, path, end
+        self._next = start
+        self._pending: deque[tuple[Future[bytes], int]] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+        self._view = memoryview(b"")
+        self._eof = start >= end
+
+    def _get(self, a: int, b: int) -> bytes:
+        return self._storage.read_bytes(self._path, a, b)
+
+    def _top_up(self) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=RANGE_GETS_IN_FLIGHT, thread_name_prefix="ckptctl-get")
+        while not self._eof and len(self._pending) < RANGE_GETS_IN_FLIGHT and self._next < self._end:
+            b = min(self._end, self._next + RANGE_GET_BYTES)
+            self._pending.append((self._pool.submit(self._get, self._next, b), b - self._next))
+            self._next = b
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        if not len(self._view):
+            self._top_up()
+            if not self._pending:
+                return 0
+            fut, asked = self._pending.popleft()
+            data = fut.result()
+            if len(data) < asked:
+                # the object ends here (shorter than listed): no more GETs
+                self._eof = True
+                for f, _n in self._pending:
+                    f.cancel()
+                self._pending.clear()
+            self._top_up()
+            self._view = memoryview(data)
+            if not data:
+                return 0
+        n = min(len(buffer), len(self._view))
+        buffer[:n] = self._view[:n]
+        self._view = self._view[n:]
+        return n
+
+    def close(self) -> None:
+        for f, _n in self._pending:
+            f.cancel()
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)

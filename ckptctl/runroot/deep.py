@@ -3,24 +3,27 @@
 Per record: the zip CRC-32 of every member, a pickle opcode scan (no hostile
 global), writer extensions undone where possible (zstd), ``--check-finite``
 (imports torch); per file: the whole-file CRC-32 against ckptctl's manifest.
-Files are read once, sequentially, on a thread pool; big records are streamed
-member by member. Called by ``ckptctl.runroot.inspect``; nothing here writes.
+Files are cut into segments at record boundaries (``core.verify.segments``); each
+byte is read once, each segment sequentially, segments on a thread pool (or shared
+out to parts on other nodes: ``verify --deep --part K/N``, then ``--merge``); big
+records are streamed member by member. Called by ``ckptctl.runroot.inspect``;
+nothing here writes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import IO
+from dataclasses import dataclass
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.localfile import SpecialFileError
-from ckptctl.adapters.storage import Storage
+from ckptctl.adapters.storage import RangeReader, Storage
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, DcpUnit, StorageItem
-from ckptctl.core.verify.manifest import Manifest, format_crc32
+from ckptctl.core.verify.manifest import Manifest
 from ckptctl.core.verify.records import (
     MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
@@ -32,9 +35,21 @@ from ckptctl.core.verify.records import (
     parse_directory,
     scan_pickle,
 )
-from ckptctl.errors import StorageError, StorageUnreachableError
+from ckptctl.core.verify.segments import (
+    CheckpointParts,
+    FileJob,
+    Segment,
+    SegmentResult,
+    file_records,
+    merge_file,
+    part_of_segments,
+    plan_digest,
+    plan_segments,
+)
+from ckptctl.errors import InputError, StorageError, StorageUnreachableError
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport, ProgressFn
 
+# Records up to this size are read whole into one buffer; bigger ones are streamed in
 # chunks. Locally, 1 MiB chunks stay in the CPU cache between the copy and the CRC
 # (measured: 6.0 GB/s per core vs 2.9 GB/s with 16 MiB buffers); on object stores a
 # bigger limit avoids an extra ranged GET for the central directory of each record.
@@ -45,31 +60,26 @@ _TRANSFORMED_MAX_BYTES = 256 << 20
 _STREAM_CHUNK_BYTES = 1 << 20
 
 # ---------------------------------------------------------------------------------------
-# Deep check
+# One segment: a byte range of one file, at record boundaries (core/verify/segments.py)
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _FileResult:
-    rel: str
-    problems: list[v.Problem] = field(default_factory=list)
-    crc: str | None = None
-    bytes_read: int = 0
-    records: int = 0
-    members_checked: int = 0
-    members_without_crc: int = 0
-    decoded: dict[str, int] = field(default_factory=dict)
-    """Records read through a writer extension and checked inside: descriptor -> count."""
-    undecoded: dict[str, int] = field(default_factory=dict)
-    """Records behind an extension that could not be looked into: reason -> count."""
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A file to read: its plan entry, where it lives, its records in file order."""
+
+    file: FileJob
+    upath: str
+    items: tuple[StorageItem, ...]
+    index: DcpIndex | None
 
 
 class _Reader:
-    """Sequential reader: position, a reusable record buffer and the running whole-file CRC."""
+    """Sequential reader over one segment: position, a reusable record buffer, the running CRC."""
 
-    def __init__(self, f: IO[bytes], want_crc: bool, progress: ProgressFn) -> None:
+    def __init__(self, f: RangeReader, start: int, want_crc: bool, progress: ProgressFn) -> None:
         self.f = f
-        self.pos = 0
+        self.pos = start
         self.crc = 0
         self.want_crc = want_crc
         self.progress = progress
@@ -77,14 +87,8 @@ class _Reader:
 
     def _fill(self, view: memoryview) -> int:
         got = 0
-        readinto = getattr(self.f, "readinto", None)
         while got < len(view):
-            if readinto is not None:
-                n = readinto(view[got:])
-            else:
-                b = self.f.read(len(view) - got)
-                n = len(b)
-                view[got : got + n] = b
+            n = self.f.readinto(view[got:])
             if not n:
                 break
             got += n
@@ -113,29 +117,19 @@ class _Reader:
                 self.crc = fast_crc32(chunk, self.crc)
 
 
-def _deep_file(
-    storage: Storage,
-    dir_path: str,
-    rel: str,
-    items: list[StorageItem],
-    size: int,
-    want_crc: bool,
-    options: CheckOptions,
-    progress: ProgressFn,
-    index: DcpIndex | None = None,
-) -> _FileResult:
-    res = _FileResult(rel=rel)
-    fpath = storage.join(dir_path, rel)
-    hostile: list[str] = []
+def _check_segment(
+    storage: Storage, job: _Job, seg: Segment, options: CheckOptions, progress: ProgressFn
+) -> SegmentResult:
+    res = SegmentResult()
+    rel = job.file.rel
+    fpath = storage.join(job.upath, rel)
     whole_max = _WHOLE_RECORD_MAX_BYTES if storage.is_local else max(
         _WHOLE_RECORD_MAX_BYTES, _WHOLE_RECORD_MAX_BYTES_REMOTE
     )
     try:
-        with storage.open_read(fpath) as f:
-            rd = _Reader(f, want_crc, progress)
-            for item in sorted(items, key=lambda it: it.offset):
-                if item.offset < rd.pos:
-                    continue  # overlapping records: reported by the quick check
+        with storage.open_range(fpath, seg.start, seg.end) as f:
+            rd = _Reader(f, seg.start, job.file.want_crc, progress)
+            for item in job.items[seg.first : seg.first + seg.count]:
                 rd.skip_to(item.offset)
                 if rd.pos != item.offset:
                     break
@@ -153,7 +147,7 @@ def _deep_file(
                     pieces: list[tuple[int, int, int]] = []
                     plain: bytes | memoryview | None = record
                     if item.transformed:
-                        findings, plain = _check_transformed(record, item, options, res, index)
+                        findings, plain = _check_transformed(record, item, options, res, job.index)
                     else:
                         findings, pieces = check_record(
                             record, extra_allowed=options.allowed_globals, crc32=fast_crc32
@@ -180,27 +174,18 @@ def _deep_file(
                     res.problems.append(
                         v.Problem(v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {msg}", code=code)
                     )
-                hostile.extend(f"{rel} record {item.fqn!r}: {h.message}" for h in findings.hostile)
-            if want_crc:
-                rd.skip_to(size)
-                res.crc = format_crc32(rd.crc)
-            res.bytes_read = rd.pos
+                for h in findings.hostile:
+                    res.add_hostile(f"{rel} record {item.fqn!r}: {h.message}")
+            rd.skip_to(seg.end)  # the gap up to the next segment (CRC'd when the manifest wants it)
+            if rd.want_crc:
+                res.crc, res.crc_bytes = rd.crc, rd.pos - seg.start
+            res.bytes_read = rd.pos - seg.start
     except StorageUnreachableError:
         raise
     except SpecialFileError as e:
-        res.problems.append(v.Problem(v.CORRUPT, f"shard {rel} refused: {e.message}", code=v.RECORD_CORRUPT))
-        res.crc = None
+        res.failure = v.Problem(v.CORRUPT, f"shard {rel} refused: {e.message}", code=v.RECORD_CORRUPT)
     except StorageError as e:
-        res.problems.append(v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED))
-        res.crc = None
-    for h in hostile[:20]:
-        res.problems.append(v.Problem(v.CORRUPT, f"hostile record: {h}", code=v.HOSTILE_PICKLE))
-    if len(hostile) > 20:
-        res.problems.append(
-            v.Problem(
-                v.CORRUPT, f"... and {len(hostile) - 20} more hostile records in {rel}", code=v.HOSTILE_PICKLE
-            )
-        )
+        res.failure = v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED)
     return res
 
 
@@ -224,7 +209,7 @@ def declared_record_bytes(index: DcpIndex | None, item: StorageItem) -> int | No
 
 
 def _check_transformed(
-    record: bytes | memoryview, item: StorageItem, options: CheckOptions, res: _FileResult,
+    record: bytes | memoryview, item: StorageItem, options: CheckOptions, res: SegmentResult,
     index: DcpIndex | None = None,
 ) -> tuple[RecordFindings, bytes | None]:
     """Undo the record's writer extensions (zstd) and check the archive inside, like any record."""
@@ -341,50 +326,65 @@ def deep_check(
     problems: list[v.Problem],
     progress: ProgressFn,
 ) -> None:
-    want_checksums = {f.path for f in manifest.files if f.checksum} if manifest else set()
-    jobs: list[tuple[str, str, list[StorageItem], int, bool, DcpIndex | None]] = []
-    covered: set[str] = set()
-    for unit in units:
-        if unit.index is None:
-            continue
-        upath = storage.join(path, unit.subdir) if unit.subdir else path
-        by_file: dict[str, list[StorageItem]] = {}
-        for it in unit.index.items:
-            if v.is_plain_file_name(it.relative_path) and it.relative_path in unit.files:
-                by_file.setdefault(it.relative_path, []).append(it)
-        for rel, items in by_file.items():
-            shown = f"{unit.subdir}/{rel}" if unit.subdir else rel
-            covered.add(shown)
-            jobs.append((upath, rel, items, unit.files[rel], shown in want_checksums, unit.index))
-    for shown in sorted(want_checksums - covered):
-        if shown in all_files:
-            jobs.append((path, shown, [], all_files[shown], True, None))
-    computed: dict[str, str] = {}
-    # CRC and reads release the GIL: one thread per core locally, more for network I/O
-    cores = os.cpu_count() or 2
-    workers = max(1, min(cores if storage.is_local else 8, len(jobs)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(
-            pool.map(
-                lambda j: _deep_file(storage, j[0], j[1], j[2], j[3], j[4], options, progress, j[5]),
-                jobs,
+    """Read every byte the checkpoint's DCP directories need; add what was found to ``report``.
+
+    The files are planned into segments (``core.verify.segments``). Each segment is checked
+    here on a thread pool, or by the part that owns it (``options.split``: ``--part K/N``),
+    or its result comes from the part files (a merge). The report is built from the
+    segments' results in plan order however they were obtained, so all three agree.
+    """
+    jobs = _plan_jobs(storage, path, units, manifest, all_files)
+    files = [j.file for j in jobs]
+    segments = plan_segments(files)
+    digest = plan_digest(files, segments, _result_options(options))
+    split = options.split
+    results: dict[int, SegmentResult]
+    if split is not None and split.merged is not None:
+        results = _merged_results(report.name, split.merged, digest, len(segments))
+    else:
+        if split is None:
+            mine = list(range(len(segments)))
+        else:
+            owner = part_of_segments(segments, split.count)
+            mine = [i for i, k in enumerate(owner) if k == split.part - 1]
+        results = _run_segments(storage, jobs, segments, mine, options, progress)
+        if split is not None:
+            report.deep_part = {
+                "plan": digest,
+                "num_segments": len(segments),
+                "segments": [{"i": i, **results[i].to_json()} for i in mine],
+            }
+            report.notes.append(
+                f"deep part {split.part} of {split.count}: {len(mine)} of {len(segments)} segment(s), "
+                f"{sum(segments[i].num_bytes for i in mine)} of {sum(s.num_bytes for s in segments)} bytes "
+                "read here; `verify --deep --merge` gives the whole checkpoint's verdict"
             )
-        )
-    for (upath, rel, _items, _size, _want, _index), res in zip(jobs, results, strict=True):
-        prefix = upath[len(path) :].strip("/")
-        shown = f"{prefix}/{rel}" if prefix else rel
-        problems.extend(res.problems)
-        report.bytes_read += res.bytes_read
-        report.records_checked += res.records
-        report.members_crc_checked += res.members_checked
-        if res.crc is not None:
-            computed[shown] = res.crc
-    no_crc = sum(r.members_without_crc for r in results)
+    by_job: dict[int, list[SegmentResult]] = {}
+    complete_jobs = set(range(len(jobs)))
+    for i, seg in enumerate(segments):
+        if i in results:
+            by_job.setdefault(seg.job, []).append(results[i])
+        else:
+            complete_jobs.discard(seg.job)
+    computed: dict[str, str] = {}
+    summaries = []
+    for j, job in enumerate(jobs):
+        if j not in by_job:
+            continue
+        summary = merge_file(job.file.rel, job.file.want_crc and j in complete_jobs, by_job[j])
+        summaries.append(summary)
+        problems.extend(summary.problems)
+        report.bytes_read += summary.bytes_read
+        report.records_checked += summary.records
+        report.members_crc_checked += summary.members_checked
+        if summary.crc is not None:
+            computed[job.file.shown] = summary.crc
+    no_crc = sum(r.members_without_crc for r in summaries)
     if no_crc:
         report.notes.append(f"{no_crc} record member(s) carry no CRC-32 (saved with compute_crc32=False)")
     decoded: dict[str, int] = {}
     undecoded: dict[str, int] = {}
-    for r in results:
+    for r in summaries:
         for k, n in r.decoded.items():
             decoded[k] = decoded.get(k, 0) + n
         for k, n in r.undecoded.items():
@@ -403,3 +403,78 @@ def deep_check(
     if manifest is not None:
         problems.extend(v.check_manifest_checksums(manifest, computed))
 
+
+def _plan_jobs(
+    storage: Storage, path: str, units: list[DcpUnit], manifest: Manifest | None, all_files: dict[str, int]
+) -> list[_Job]:
+    """Every file to read, in a fixed order: each DCP directory's shards, then manifest-only files."""
+    want_checksums = {f.path for f in manifest.files if f.checksum} if manifest else set()
+    jobs: list[_Job] = []
+    covered: set[str] = set()
+    for unit in units:
+        if unit.index is None:
+            continue
+        upath = storage.join(path, unit.subdir) if unit.subdir else path
+        by_file: dict[str, list[StorageItem]] = {}
+        for it in unit.index.items:
+            if v.is_plain_file_name(it.relative_path) and it.relative_path in unit.files:
+                by_file.setdefault(it.relative_path, []).append(it)
+        for rel, items in by_file.items():
+            shown = f"{unit.subdir}/{rel}" if unit.subdir else rel
+            covered.add(shown)
+            size = unit.files[rel]
+            kept = [items[i] for i in file_records([(it.offset, it.length) for it in items], size)]
+            spans = tuple((it.offset, it.length) for it in kept)
+            jobs.append(_Job(FileJob(shown, rel, size, shown in want_checksums, spans), upath, tuple(kept), unit.index))
+    for shown in sorted(want_checksums - covered):
+        if shown in all_files:
+            jobs.append(_Job(FileJob(shown, shown, all_files[shown], True, ()), path, (), None))
+    return jobs
+
+
+def _result_options(options: CheckOptions) -> list[str]:
+    """The options that change a segment's result (parts and merge must agree on them)."""
+    return [f"check-finite={options.check_finite}", *(f"allow-global={g}" for g in sorted(options.allowed_globals))]
+
+
+def _run_segments(
+    storage: Storage,
+    jobs: list[_Job],
+    segments: list[Segment],
+    which: list[int],
+    options: CheckOptions,
+    progress: ProgressFn,
+) -> dict[int, SegmentResult]:
+    # CRC and reads release the GIL: one thread per core locally, more for network I/O
+    cores = os.cpu_count() or 2
+    workers = max(1, min(cores if storage.is_local else 8, len(which)))
+    if workers == 1:
+        return {i: _check_segment(storage, jobs[segments[i].job], segments[i], options, progress) for i in which}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        done = pool.map(lambda i: _check_segment(storage, jobs[segments[i].job], segments[i], options, progress), which)
+        return dict(zip(which, done, strict=True))
+
+
+def _merged_results(
+    name: str, merged: Mapping[str, CheckpointParts], digest: str, num_segments: int
+) -> dict[int, SegmentResult]:
+    got = merged.get(name)
+    if got is None:
+        raise InputError(
+            f"the part files hold no deep results for {name}",
+            hint="merge the part files of one `verify --deep --part K/N` run of this target",
+        )
+    if got.plan != digest or got.num_segments != num_segments:
+        raise InputError(
+            f"the part files do not match {name}: it changed since the parts ran, "
+            "or they ran with other --check-finite/--allow-global options",
+            hint="run the parts again",
+        )
+    missing = sorted(set(range(num_segments)) - set(got.segments))
+    if missing:
+        raise InputError(
+            f"the part files cover {num_segments - len(missing)} of the {num_segments} segments of {name} "
+            f"(segment {missing[0]} missing): a part file is missing",
+            hint="give every part-K-of-N.json of the run",
+        )
+    return dict(got.segments)

@@ -9,7 +9,7 @@ byte) is ``ckptctl.runroot.deep``. Nothing here writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ckptctl.adapters.dcp_metadata import (
     MAX_METADATA_BYTES,
@@ -336,7 +336,8 @@ def inspect_checkpoint(
     contents: list[str] | None = None
     if found is not None:
         fw = frameworks.check_dir(
-            storage, path, found, files, {u.subdir for u in units if u.subdir} | uncommitted_subdirs, indexes, options
+            storage, path, found, files, {u.subdir for u in units if u.subdir} | uncommitted_subdirs, indexes,
+            whole_file_options(options),
         )
         problems.extend(fw.problems)
         notes.extend(fw.notes)
@@ -351,6 +352,14 @@ def inspect_checkpoint(
     report.notes = [*notes, *report.notes]  # the deep check adds its own notes to the report
     frameworks.finish(report, contents, problems, options)
     return report
+
+
+def whole_file_options(options: CheckOptions) -> CheckOptions:
+    """The options for what is not cut into segments (a framework's own files, single-file
+    checkpoints): a part (``--part K/N``) checks them quick and leaves the deep read to the merge."""
+    if options.split is None or options.split.is_merge:
+        return options
+    return replace(options, deep=False, check_finite=False)
 
 
 def _read_metadata(

@@ -13,7 +13,13 @@ from ckptctl.adapters.storage import Entry, Storage
 from ckptctl.core.names import parse_checkpoint_name
 from ckptctl.errors import NotFoundError, ProblemFound
 from ckptctl.runroot import frameworks
-from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, looks_like_checkpoint, scan_root
+from ckptctl.runroot.inspect import (
+    RootScan,
+    inspect_checkpoint,
+    looks_like_checkpoint,
+    scan_root,
+    whole_file_options,
+)
 from ckptctl.runroot.reports import (
     DEFAULT_OPTIONS,
     CheckOptions,
@@ -43,7 +49,7 @@ def _inspect_unless_vanished(
     """
     try:
         if not e.is_dir:  # a single-file checkpoint (Lightning .ckpt, .pt/.pth/.pth.tar)
-            return frameworks.inspect_file(storage, e, options)
+            return frameworks.inspect_file(storage, e, whole_file_options(options))
         return inspect_checkpoint(storage, e.path, options=options, progress=progress)
     except NotFoundError:
         return None
@@ -151,7 +157,7 @@ def verify_target(
     storage, path = Storage.for_url(url)
     info = storage.info(path)
     if info is not None and not info.is_dir and frameworks.is_checkpoint_file_name(info.name):
-        report = frameworks.inspect_file(storage, info, options)
+        report = frameworks.inspect_file(storage, info, whole_file_options(options))
         return VerifyResult(target=storage.url(path), checkpoints=[report], is_run_root=False)
     storage, path, entries = _open_root(url)
     base = Storage.basename(path)

@@ -5,12 +5,13 @@ contract: add, never rename). No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.segments import CheckpointParts
 
 ProgressFn = Callable[[int], None]
 
@@ -51,6 +52,8 @@ class CheckpointReport:
     """Top-level state found (model, optimizer, lr_scheduler, ... as the writer names it); None: unknown."""
     model_only: bool | None = None
     """No optimizer state: a weights export, not a point to resume training from."""
+    deep_part: dict[str, Any] | None = None
+    """``verify --deep --part K/N`` only: this part's segment results (what ``--merge`` reads)."""
 
     @property
     def is_complete(self) -> bool:
@@ -83,6 +86,7 @@ class CheckpointReport:
             "tokens_seen": self.tokens_seen,
             "contents": self.contents,
             "model_only": self.model_only,
+            **({"deep_part": self.deep_part} if self.deep_part is not None else {}),
         }
 
 
@@ -115,6 +119,24 @@ class CheckOptions:
     """Parts the checkpoint must hold (``--require optimizer,lr_scheduler``); missing ones are problems."""
     include_model_only: bool = False
     """``locate``: accept a model-only export as the resume point (skipped by default)."""
+    split: DeepSplit | None = None
+    """``verify --deep --part K/N`` (check one part's segments) or ``--merge`` (take every segment's
+    result from the part files); None: check every segment here."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSplit:
+    """How the deep check's segments (``core.verify.segments``) are shared out."""
+
+    part: int = 0
+    """1-based index of the part checked here; 0 for a merge."""
+    count: int = 1
+    merged: Mapping[str, CheckpointParts] | None = field(default=None, compare=False, hash=False)
+    """A merge: each checkpoint's segment results, by checkpoint name, from every part file."""
+
+    @property
+    def is_merge(self) -> bool:
+        return self.merged is not None
 
 
 #: The quick check (no deep read, no world-size assertion).
@@ -179,6 +201,8 @@ class VerifyResult:
     target: str
     checkpoints: list[CheckpointReport]
     is_run_root: bool
+    part: tuple[int, int] | None = None
+    """``verify --deep --part K/N``: (K, N); the JSON then has a ``part`` object."""
 
     @property
     def ok(self) -> bool:
@@ -190,5 +214,6 @@ class VerifyResult:
             "run_root": self.is_run_root,
             "ok": self.ok,
             "checkpoints": [c.to_json() for c in self.checkpoints],
+            **({"part": {"index": self.part[0], "count": self.part[1]}} if self.part is not None else {}),
         }
 
