@@ -33,6 +33,61 @@ AllowGlobalOpt = Annotated[
     ),
 ]
 
+PartOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--part",
+        metavar="K/N|env",
+        help="With --deep: check only part K of N of the shard bytes (JSON per part; exit 3 on a problem in it). "
+        "'env': K and N from torchrun's RANK/WORLD_SIZE or srun's SLURM_PROCID/SLURM_NTASKS.",
+    ),
+]
+PartOutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--part-out",
+        metavar="DIR",
+        help="With --part: also write the part to DIR/part-K-of-N.json; the exit code then says only "
+        "whether it was written (a launcher would take exit 3 for a crash).",
+    ),
+]
+MergeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--merge",
+        metavar="PATH",
+        help="With --deep: the verdict of the whole checkpoint from the part files (files or their "
+        "directory) of one --part run: the same JSON as a one-node --deep. Repeatable.",
+    ),
+]
+LaunchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--launch",
+        metavar="srun|torchrun",
+        help="With --deep and --parts N: run the N parts as one Slurm job step (srun, one task per node) "
+        "or as N processes under torchrun, then merge them.",
+    ),
+]
+PartsOpt = Annotated[int | None, typer.Option("--parts", min=1, help="With --launch: how many parts (nodes for srun).")]
+PartsDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--parts-dir",
+        metavar="DIR",
+        help="With --launch: where the parts write their files (every node must reach it; kept). "
+        "Default: a temporary directory (srun: in the working directory), removed after the merge.",
+    ),
+]
+LauncherArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--launcher-arg",
+        metavar="ARG",
+        help="With --launch: one more argument for srun/torchrun (e.g. --partition=debug). Repeatable.",
+    ),
+]
+
 _STYLE = {"complete": "green", "incomplete": "yellow", "corrupt": "red", "unsupported": "magenta"}
 
 
@@ -185,22 +240,80 @@ def verify_cmd(
     check_finite: CheckFiniteOpt = False,
     allow_global: AllowGlobalOpt = None,
     require: RequireOpt = None,
+    part: PartOpt = None,
+    part_out: PartOutOpt = None,
+    merge: MergeOpt = None,
+    launch: LaunchOpt = None,
+    parts: PartsOpt = None,
+    parts_dir: PartsDirOpt = None,
+    launcher_arg: LauncherArgOpt = None,
 ) -> None:
-    """Prove a checkpoint complete (or every checkpoint under a run root); report every problem."""
+    """Prove a checkpoint complete (or every checkpoint under a run root); report every problem.
+
+    Across processes or nodes: --part K/N checks one part of the shard bytes, --merge gives
+    the whole verdict from the parts, --launch srun|torchrun --parts N does both.
+    """
+    from ckptctl.ops import verify_parts as vp
     from ckptctl.runroot.locate import verify_target
 
+    options = _options(deep, world_size, check_finite, allow_global, require)
+    mode = _split_mode(options.deep, part, part_out, merge, launch, parts, parts_dir, launcher_arg)
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
-        result = verify_target(
-            target, options=_options(deep, world_size, check_finite, allow_global, require), progress=bp.advance
-        )
+        if mode == "part":
+            index, count = vp.parse_part(str(part))
+            result = vp.run_part(target, options, index, count, part_out=part_out, progress=bp.advance)
+        elif mode == "merge":
+            result = vp.merge_parts(target, options, merge or [], progress=bp.advance)
+        elif mode == "launch":
+            result = vp.launch_parts(
+                target, options, launcher=str(launch), count=int(parts or 0), parts_dir=parts_dir,
+                launcher_args=launcher_arg or [], progress=bp.advance,
+            )
+        else:
+            result = verify_target(target, options=options, progress=bp.advance)
     if json_:
         out.emit_json(result.to_json())
     else:
         for r in result.checkpoints:
             _render_report(r)
         n_ok = sum(1 for c in result.checkpoints if c.is_complete)
-        out.info(f"{n_ok} of {len(result.checkpoints)} checkpoint(s) complete")
+        what = f" (part {result.part[0]} of {result.part[1]})" if result.part else ""
+        out.info(f"{n_ok} of {len(result.checkpoints)} checkpoint(s) complete{what}")
+    if mode == "part" and part_out is not None:
+        raise typer.Exit(exit_codes.OK)  # the part file holds the verdict; exit 0 says it was written
     raise typer.Exit(exit_codes.OK if result.ok else exit_codes.PROBLEM)
+
+
+def _split_mode(
+    deep: bool,
+    part: str | None,
+    part_out: str | None,
+    merge: list[str] | None,
+    launch: str | None,
+    parts: int | None,
+    parts_dir: str | None,
+    launcher_arg: list[str] | None,
+) -> str | None:
+    """Which of --part, --merge, --launch is asked for (at most one, each with --deep), or None."""
+    from ckptctl.errors import UsageError
+    from ckptctl.ops.verify_parts import LAUNCHERS
+
+    given = [name for name, v in (("--part", part), ("--merge", merge), ("--launch", launch)) if v]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} cannot be combined")
+    if given and not deep:
+        raise UsageError(f"{given[0]} splits the deep check: add --deep")
+    if part_out is not None and not part:
+        raise UsageError("--part-out needs --part")
+    launch_only = [n for n, v in (("--parts", parts), ("--parts-dir", parts_dir), ("--launcher-arg", launcher_arg)) if v]
+    if launch_only and not launch:
+        raise UsageError(f"{launch_only[0]} needs --launch")
+    if launch:
+        if launch not in LAUNCHERS:
+            raise UsageError(f"--launch {launch!r}: expected one of {', '.join(LAUNCHERS)}")
+        if parts is None:
+            raise UsageError("--launch needs --parts N")
+    return given[0].lstrip("-") if given else None
 
 
 def register(app: typer.Typer) -> None:

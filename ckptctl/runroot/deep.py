@@ -36,6 +36,7 @@ from ckptctl.core.verify.records import (
     scan_pickle,
 )
 from ckptctl.core.verify.segments import (
+    SEGMENT_BYTES,
     CheckpointParts,
     FileJob,
     Segment,
@@ -46,7 +47,7 @@ from ckptctl.core.verify.segments import (
     plan_digest,
     plan_segments,
 )
-from ckptctl.errors import InputError, StorageError, StorageUnreachableError
+from ckptctl.errors import InputError, StorageError, StorageUnreachableError, UsageError
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport, ProgressFn
 
 # Records up to this size are read whole into one buffer; bigger ones are streamed in
@@ -58,6 +59,8 @@ _WHOLE_RECORD_MAX_BYTES_REMOTE = 32 << 20
 #: Records written through a writer extension (zstd) are decoded whole, up to this size.
 _TRANSFORMED_MAX_BYTES = 256 << 20
 _STREAM_CHUNK_BYTES = 1 << 20
+#: Overrides ``SEGMENT_BYTES`` (bytes): the unit of work shared out to threads and parts.
+SEGMENT_BYTES_ENV = "CKPTCTL_SEGMENT_BYTES"
 
 # ---------------------------------------------------------------------------------------
 # One segment: a byte range of one file, at record boundaries (core/verify/segments.py)
@@ -335,7 +338,7 @@ def deep_check(
     """
     jobs = _plan_jobs(storage, path, units, manifest, all_files)
     files = [j.file for j in jobs]
-    segments = plan_segments(files)
+    segments = plan_segments(files, _segment_bytes())
     digest = plan_digest(files, segments, _result_options(options))
     split = options.split
     results: dict[int, SegmentResult]
@@ -430,6 +433,15 @@ def _plan_jobs(
         if shown in all_files:
             jobs.append(_Job(FileJob(shown, shown, all_files[shown], True, ()), path, (), None))
     return jobs
+
+
+def _segment_bytes() -> int:
+    """``SEGMENT_BYTES``, or ``CKPTCTL_SEGMENT_BYTES`` (finer splits; the plan digest includes it)."""
+    raw = os.environ.get(SEGMENT_BYTES_ENV, "")
+    try:
+        return max(4096, int(raw)) if raw else SEGMENT_BYTES
+    except ValueError:
+        raise UsageError(f"{SEGMENT_BYTES_ENV}={raw[:40]!r} is not a number of bytes") from None
 
 
 def _result_options(options: CheckOptions) -> list[str]:

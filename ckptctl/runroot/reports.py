@@ -203,6 +203,8 @@ class VerifyResult:
     is_run_root: bool
     part: tuple[int, int] | None = None
     """``verify --deep --part K/N``: (K, N); the JSON then has a ``part`` object."""
+    part_node: str | None = None
+    """Where the part ran (Slurm's node name, else the host name)."""
 
     @property
     def ok(self) -> bool:
@@ -214,6 +216,10 @@ class VerifyResult:
             "run_root": self.is_run_root,
             "ok": self.ok,
             "checkpoints": [c.to_json() for c in self.checkpoints],
-            **({"part": {"index": self.part[0], "count": self.part[1]}} if self.part is not None else {}),
+            **(
+                {"part": {"index": self.part[0], "count": self.part[1], "node": self.part_node}}
+                if self.part is not None
+                else {}
+            ),
         }
 
