@@ -36,6 +36,8 @@ MAX_WHOLE_READ_BYTES = 512 << 20
 #: Ranged reads from object stores (``open_range``): bytes per GET, and GETs in flight per reader.
 RANGE_GET_BYTES = 8 << 20
 RANGE_GETS_IN_FLIGHT = 2
+#: Local files: how far ahead of a segment's reader the kernel is asked to read (``_LocalRange``).
+READ_AHEAD_BYTES = 32 << 20
 
 __all__ = [
     "MAX_WHOLE_READ_BYTES",
@@ -346,10 +348,10 @@ class Storage:
             try:
                 fd = f.fileno()
                 self._call("seek", path, lambda: os.lseek(fd, start, os.SEEK_SET))
-                if hasattr(os, "posix_fadvise") and end > start:
+                if _HAS_FADVISE and end > start:
                     with contextlib.suppress(OSError):  # advice only (some file systems refuse it)
                         os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_SEQUENTIAL)
-                yield _LocalRange(self, path, f)
+                yield _LocalRange(self, path, f, start, end)
             finally:
                 f.close()
         else:
@@ -453,13 +455,43 @@ class Storage:
             invalidate(path)
 
 
+_HAS_FADVISE = hasattr(os, "posix_fadvise")
+
+
 class _LocalRange:
-    def __init__(self, storage: Storage, path: str, f: IO[bytes]) -> None:
+    """A local file from ``start``: reads, with the kernel asked to fetch ahead of them.
+
+    ``posix_fadvise(WILLNEED)`` on the next ``READ_AHEAD_BYTES`` starts the disk reads for
+    them without waiting, so the disk works while this thread copies and CRCs what it
+    has: on a cold cache the reads overlap the checking instead of alternating with it.
+    On a warm cache the advice finds the pages present and costs a page-cache lookup.
+    """
+
+    def __init__(self, storage: Storage, path: str, f: IO[bytes], start: int, end: int) -> None:
         self._storage, self._path, self._f = storage, path, f
+        self._fd = f.fileno()
+        self._pos = start
+        self._end = end
+        self._advised = start
+        self._ahead = int(os.environ.get("CKPTCTL_X_AHEAD", str(READ_AHEAD_BYTES))) if _HAS_FADVISE else 0
+        self._advise()
+
+    def _advise(self) -> None:
+        if not self._ahead:
+            return
+        target = min(self._end, self._pos + self._ahead)
+        if target - self._advised >= self._ahead // 4 or (target == self._end and target > self._advised):
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(self._fd, self._advised, target - self._advised, os.POSIX_FADV_WILLNEED)
+            self._advised = target
 
     def readinto(self, buffer: memoryview, /) -> int:
         readinto = self._f.readinto  # type: ignore[attr-defined]
-        return int(self._storage._call("read", self._path, lambda: readinto(buffer)) or 0)
+        n = int(self._storage._call("read", self._path, lambda: readinto(buffer)) or 0)
+        self._pos += n
+        if self._pos < self._end:
+            self._advise()
+        return n
 
 
 class _RangedGets:

@@ -340,13 +340,16 @@ def check_record(
     *,
     extra_allowed: frozenset[str] = frozenset(),
     crc32: Callable[[Any, int], int] = zlib.crc32,
+    scan: Callable[[bytes, RecordFindings, str, frozenset[str]], None] | None = None,
 ) -> tuple[RecordFindings, list[tuple[int, int, int]]]:
     """Deep-check one whole record held in memory (``bytes`` or a ``memoryview``).
 
     Returns the findings and the member data pieces as ``(start, length, crc32)``
     relative to the record start, for callers assembling a whole-file CRC.
-    ``crc32`` may be any implementation of the zip polynomial (ISA-L, zlib-ng).
+    ``crc32`` may be any implementation of the zip polynomial (ISA-L, zlib-ng);
+    ``scan`` any that gives ``scan_pickle``'s findings (the deep check remembers them).
     """
+    scan = scan or scan_pickle
     findings = RecordFindings()
     pieces: list[tuple[int, int, int]] = []
     try:
@@ -383,5 +386,5 @@ def check_record(
         if m.method == 0:
             pieces.append((start, len(raw), crc))
         if m.name.endswith("data.pkl"):
-            scan_pickle(bytes(data), findings, m.name, extra_allowed)
+            scan(bytes(data), findings, m.name, extra_allowed)
     return findings, pieces
