@@ -40,6 +40,23 @@ def test_local_range_reads_from_start(tmp_path: Path, start: int, end: int) -> N
     assert got == data[start:]
 
 
+@pytest.mark.parametrize("nowait", [True, False])
+def test_local_range_reads_files_out_of_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nowait: bool) -> None:
+    """Evicted from the page cache (fadvise DONTNEED), the probing read misses: the range is
+    advised ahead and read blocking; without RWF_NOWAIT every read is advised."""
+    data = os.urandom(3 << 20)
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    if not nowait:
+        monkeypatch.setattr(storage_mod._LocalRange, "nowait", None)
+    storage, p = Storage.for_url(str(path))
+    assert _read_all(storage, p, 4096, len(data), chunk=256 << 10) == data[4096:]
+
+
 def test_local_range_refuses_a_fifo(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     storage, path = Storage.for_url(str(tmp_path / "fifo"))

@@ -13,6 +13,7 @@ nothing here writes.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -80,6 +81,11 @@ class _Job:
     index: DcpIndex | None
 
 
+_BUFFERS = threading.local()
+#: The largest read buffer a thread keeps for its next segment (bigger ones serve one record).
+_KEPT_BUFFER_BYTES = 32 << 20
+
+
 class _Reader:
     """Sequential reader over one segment: position, a reusable record buffer, the running CRC."""
 
@@ -89,7 +95,9 @@ class _Reader:
         self.crc = 0
         self.want_crc = want_crc
         self.progress = progress
-        self._buf = bytearray()
+        # one buffer per thread, kept from segment to segment: a fresh one would cost a page
+        # fault per 4 KiB on its first fill (measured: a third of the time on 2 MiB files)
+        self._buf: bytearray = getattr(_BUFFERS, "buf", None) or bytearray()
 
     def _fill(self, view: memoryview) -> int:
         got = 0
@@ -106,6 +114,8 @@ class _Reader:
         """The next n bytes (fewer at EOF) in a reused buffer; the caller adds their CRC."""
         if len(self._buf) < n:
             self._buf = bytearray(n)
+            if n <= _KEPT_BUFFER_BYTES:
+                _BUFFERS.buf = self._buf
         view = memoryview(self._buf)[:n]
         return view[: self._fill(view)]
 
