@@ -143,10 +143,18 @@ def _deep_shape(name: str, total_mb: int) -> Path:
     return path
 
 
-def _run_timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+def _run_timed(argv: list[str], env: dict[str, str] | None = None, cpu: list[float] | None = None) -> float:
+    """Wall seconds of one process; its CPU seconds (user + system, all threads) appended to ``cpu``."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall
 
 
 def bench_deep_vs_cat(quick: bool, repeat: int = 5, size_mb: int | None = None) -> dict[str, object]:
@@ -171,7 +179,10 @@ def bench_deep_vs_cat(quick: bool, repeat: int = 5, size_mb: int | None = None) 
     if not can_drop:
         print("  (not root: cannot drop the page cache, cold figures skipped)")
     results: dict[str, object] = {"loadavg_before": loadavg(), "cold_measured": can_drop}
-    print(f"  {'shape':<14} {'cache':<5} {'cat MB/s':>9} {'deep MB/s':>10} {'ratio':>6}   {'in-process MB/s':>15}")
+    print(
+        f"  {'shape':<14} {'cache':<5} {'cat MB/s':>9} {'deep MB/s':>10} {'ratio':>6}   {'in-process MB/s':>15} "
+        f"{'ratio':>6}   {'CPU s: cat':>10} {'deep':>5}"
+    )
     for name in DEEP_SHAPES:
         path = _deep_shape(name, total_mb)
         files = sorted(str(p) for p in path.iterdir() if p.is_file())
@@ -185,34 +196,71 @@ def bench_deep_vs_cat(quick: bool, repeat: int = 5, size_mb: int | None = None) 
             t_cat: list[float] = []
             t_deep: list[float] = []
             t_inproc: list[float] = []
+            c_cat: list[float] = []
+            c_deep: list[float] = []
             if cache == "warm":
                 _run_timed(cat)
             for _ in range(repeat):
                 if cache == "cold":
                     _drop_caches()
-                t_cat.append(_run_timed(cat))
+                t_cat.append(_run_timed(cat, cpu=c_cat))
                 if cache == "cold":
                     _drop_caches()
-                t_deep.append(_run_timed(deep, env))
+                t_deep.append(_run_timed(deep, env, cpu=c_deep))
                 if cache == "cold":
                     _drop_caches()
                 t0 = time.perf_counter()
                 verify_checkpoint(str(path), deep=True)
                 t_inproc.append(time.perf_counter() - t0)
             m_cat, m_deep, m_in = (statistics.median(t) for t in (t_cat, t_deep, t_inproc))
+            cpu_cat, cpu_deep = statistics.median(c_cat), statistics.median(c_deep)
             ratio = m_cat / m_deep
             print(
                 f"  {name:<14} {cache:<5} {size / m_cat / 1e6:9.0f} {size / m_deep / 1e6:10.0f} {ratio:5.2f}x"
-                f"   {size / m_in / 1e6:15.0f}"
+                f"   {size / m_in / 1e6:15.0f} {m_cat / m_in:6.2f}x   {cpu_cat:5.2f} {cpu_deep:5.2f}"
             )
             shape.update({
                 f"cat_{cache}_s": m_cat, f"deep_{cache}_s": m_deep, f"deep_inprocess_{cache}_s": m_in,
                 f"ratio_{cache}": ratio, f"ratio_inprocess_{cache}": m_cat / m_in,
+                f"cat_{cache}_cpu_s": cpu_cat, f"deep_{cache}_cpu_s": cpu_deep,
             })  # fmt: skip
         results[name] = shape
-    print(f"  ({total_mb} MB per shape; target >= 0.9x; load average after: {loadavg()})")
+    print(
+        f"  ({total_mb} MB per shape; whole process; 'in-process': the same check without the interpreter "
+        f"start and imports; CPU s: user + system of the whole process, all threads; target >= 0.9x; "
+        f"load average after: {loadavg()})"
+    )
     results["loadavg_after"] = loadavg()
     return results
+
+
+def bench_parts(quick: bool, repeat: int = 3, size_mb: int | None = None) -> dict[str, object]:
+    """``verify --deep`` as one process vs ``--launch torchrun --parts N`` (N processes here, then
+    the merge), page cache warm, on the few-large shape. On one machine the parts share its
+    cores and disk: this measures the cost of splitting (process starts, torchrun, the merge),
+    not the gain of more nodes."""
+    total_mb = size_mb or (256 if quick else 2048)
+    path = _deep_shape("few-large", total_mb)
+    env = dict(os.environ, CKPTCTL_NO_PROGRESS="1", PYTHONPATH=str(REPO))
+    one = [sys.executable, "-m", "ckptctl", "verify", "--deep", str(path)]
+    files = [str(p) for p in path.iterdir() if p.is_file()]
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+    print(f"deep verify split into parts ({total_mb} MB, few-large, warm), median of {repeat}, load {loadavg()}:")
+    runs: dict[str, list[float]] = {"one process": []}
+    counts = (1, 2, 4)
+    for n in counts:
+        runs[f"torchrun --parts {n}"] = []
+    for _ in range(repeat):
+        runs["one process"].append(_run_timed(one, env))
+        for n in counts:
+            runs[f"torchrun --parts {n}"].append(_run_timed([*one, "--launch", "torchrun", "--parts", str(n)], env))
+    base = statistics.median(runs["one process"])
+    out: dict[str, object] = {"loadavg": loadavg()}
+    for name, ts in runs.items():
+        m = statistics.median(ts)
+        print(f"  {name:<20} {m:6.2f} s  ({base / m:4.2f}x one process)")
+        out[name] = m
+    return out
 
 
 def _make_5000(root: Path, template: Path, num_steps: int) -> None:
@@ -329,6 +377,7 @@ def main() -> None:
     benches = {
         "quick_verify": bench_quick_verify_vs_dcp_load,
         "deep_verify": bench_deep_vs_cat,
+        "parts": bench_parts,
         "locate": bench_locate,
         "startup": bench_help,
     }
@@ -342,6 +391,8 @@ def main() -> None:
             continue
         if name == "deep_verify":
             results[name] = bench_deep_vs_cat(args.quick, repeat=args.repeat, size_mb=args.size_mb)
+        elif name == "parts":
+            results[name] = bench_parts(args.quick, repeat=min(args.repeat, 3), size_mb=args.size_mb)
         else:
             results[name] = bench(args.quick)
     (DATA / "bench_verify.json").write_text(json.dumps(results, indent=2))
