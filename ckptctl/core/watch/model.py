@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ckptctl.core.watch.logevents import ResumeMarker
@@ -27,7 +28,33 @@ SCHEDULE_RESET = "schedule-reset"
 VERDICTS: tuple[str, ...] = (
     NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, SCHEDULE_RESET, SPIKE, DIVERGED, CONTINUOUS, INSUFFICIENT,
 )  # fmt: skip
-PROBLEMS: tuple[str, ...] = (NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, SCHEDULE_RESET, SPIKE, DIVERGED)
+
+# What each verdict means for the resume, declared once (``ckptctl recover`` acts on the
+# class, never on the verdict's name): ``good`` the resume is verified; ``bad`` it restored
+# the wrong state (fall back one checkpoint, quarantine); ``undecided`` the watch cannot tell.
+GOOD = "good"
+BAD = "bad"
+UNDECIDED = "undecided"
+VERDICT_CLASSES: tuple[str, ...] = (GOOD, BAD, UNDECIDED)
+VERDICT_CLASS: Mapping[str, str] = MappingProxyType({
+    NAN: BAD,
+    REPLAYED: BAD,
+    SKIPPED: BAD,
+    TOKENS_MISMATCH: BAD,
+    SCHEDULE_RESET: BAD,
+    SPIKE: BAD,
+    DIVERGED: BAD,
+    CONTINUOUS: GOOD,
+    INSUFFICIENT: UNDECIDED,
+})  # fmt: skip
+#: The bad verdicts, in precedence order.
+PROBLEMS: tuple[str, ...] = tuple(v for v in VERDICTS if VERDICT_CLASS[v] == BAD)
+
+
+def verdict_class(verdict: str | None) -> str:
+    """``good`` / ``bad`` / ``undecided`` (``None`` or a verdict this version does not know:
+    ``undecided``, never read as a success nor acted on as a failure)."""
+    return UNDECIDED if verdict is None else VERDICT_CLASS.get(verdict, UNDECIDED)
 
 # Note codes (``WatchReport.note_codes``): facts worth a look that do not fail the resume.
 THROUGHPUT_REGRESSION = "throughput-regression"
@@ -364,6 +391,34 @@ class RerunStats:
             "first_step": self.first_step,
             "last_step": self.last_step,
         }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataPosition:
+    """One data-position line of ``ckptctl.training`` (format: ``ckptctl.core.watch.datapos``)."""
+
+    kind: str
+    """``recorded`` (the position saved with the checkpoint of ``step``) or ``first-batch``
+    (the position of the first batch a run resumed from the checkpoint of ``step`` draws)."""
+    step: int
+    epoch: int | None
+    index: int | None
+    """Position inside the epoch, in the loader's own unit (batches or samples consumed)."""
+    digest: str | None
+    """A digest of a stateful loader's state, when it has no epoch/index."""
+    rank: int | None
+    line_no: int
+    source: str
+    """``"log"`` or ``"baseline"``."""
+
+    def same_position(self, other: DataPosition) -> bool:
+        return (self.epoch, self.index, self.digest) == (other.epoch, other.index, other.digest)
+
+    def describe(self) -> str:
+        if self.digest is not None and self.epoch is None:
+            return f"digest {self.digest}"
+        where = f"epoch {self.epoch} index {self.index}"
+        return where + (f" digest {self.digest}" if self.digest is not None else "")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
