@@ -23,9 +23,13 @@ from ckptctl.core.watch.checks import (
     check_tokens,
 )
 from ckptctl.core.watch.context import CheckContext, CheckResult
+from ckptctl.core.watch.datapos import check_data_position
 from ckptctl.core.watch.judge import check_losses
 from ckptctl.core.watch.model import (
+    DATA_POSITION_MISMATCH,
+    DATA_STREAM_RESET,
     DIVERGED,
+    EARLIER_DATA_POSITION_MISMATCH,
     GRAD_NORM_SHIFT,
     LOSS_SCALE_RESTART,
     NAN,
@@ -39,6 +43,7 @@ from ckptctl.core.watch.model import (
     Finding,
     fmt_num,
 )
+from ckptctl.core.watch.replay import check_replay
 from ckptctl.core.watch.resume import (
     check_jump_across_restart,
     check_marker_steps,
@@ -138,6 +143,13 @@ CHECKS: tuple[Check, ...] = (
     Check("schedule", _schedule, verdicts=(SCHEDULE_RESET,)),
     Check("throughput", _throughput, note_codes=(THROUGHPUT_REGRESSION,)),
     Check("loss_scale", _loss_scale_and_grad_norm, note_codes=(LOSS_SCALE_RESTART, GRAD_NORM_SHIFT)),
+    Check("replay", check_replay, verdicts=(DATA_STREAM_RESET,)),
+    Check(
+        "data_position",
+        check_data_position,
+        verdicts=(DATA_POSITION_MISMATCH,),
+        note_codes=(EARLIER_DATA_POSITION_MISMATCH,),
+    ),
 )
 
 
