@@ -102,6 +102,7 @@ from ckptctl.core.watch_judge import (
     describe_losses,
     describe_rerun,
     judge_losses,
+    loss_curve,
 )
 from ckptctl.core.watch_model import (
     CONTINUOUS,
@@ -534,6 +535,7 @@ def analyze(
         note_codes=tuple(note_codes),
         confidence=confidence,
         checks=checks,
+        curve=loss_curve(pre, judged, observed, threshold, cfg),
     )
 
 

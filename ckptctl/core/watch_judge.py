@@ -14,9 +14,12 @@ from ckptctl.core.watch_model import (
     INSUFFICIENT,
     PROBLEMS,
     SPIKE,
+    CURVE_MAX_BEFORE,
     BaselineStats,
+    CurvePoint,
     Finding,
     JudgedPoint,
+    LossCurve,
     ObservedStats,
     RerunStats,
     Segment,
@@ -26,6 +29,7 @@ from ckptctl.core.watch_model import (
     fmt_num,
     signed,
 )
+from ckptctl.core.logtokens import LR
 from ckptctl.core.watch_stats import (
     curvature_free_residuals,
     fit_trend,
@@ -225,6 +229,29 @@ def decide(
     if has_baseline and loss_decided and enough:
         return CONTINUOUS, True
     return INSUFFICIENT, False
+
+
+def loss_curve(
+    pre: Sequence[TracePoint],
+    judged: Sequence[TracePoint],
+    observed: ObservedStats | None,
+    threshold: ThresholdStats | None,
+    cfg: WatchConfig,
+) -> LossCurve:
+    """The points a picture of the verdict needs, as judged (``LossCurve``)."""
+
+    def point(p: TracePoint) -> CurvePoint:
+        return CurvePoint(step=p.step, loss=p.loss, lr=p.metrics.get(LR))
+
+    expected: tuple[tuple[int, float, float], ...] = ()
+    if observed is not None and threshold is not None:
+        expected = tuple((j.step, j.expected, j.expected + threshold.tolerance) for j in observed.points)
+    keep = min(cfg.window, CURVE_MAX_BEFORE)
+    return LossCurve(
+        before=tuple(point(p) for p in pre[-keep:]),
+        after=tuple(point(p) for p in judged),
+        expected=expected,
+    )
 
 
 # -- explanation -------------------------------------------------------------------------
