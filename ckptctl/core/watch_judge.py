@@ -8,13 +8,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ckptctl.core.logtokens import LR
 from ckptctl.core.watch_model import (
     CONTINUOUS,
+    CURVE_MAX_BEFORE,
     DIVERGED,
     INSUFFICIENT,
     PROBLEMS,
     SPIKE,
-    CURVE_MAX_BEFORE,
     BaselineStats,
     CurvePoint,
     Finding,
@@ -29,7 +30,6 @@ from ckptctl.core.watch_model import (
     fmt_num,
     signed,
 )
-from ckptctl.core.logtokens import LR
 from ckptctl.core.watch_stats import (
     curvature_free_residuals,
     fit_trend,
