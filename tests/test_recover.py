@@ -428,7 +428,8 @@ def test_job_fault_stops_without_launching_and_force_resumes(tmp_path: Path, gol
     after = snapshot(s.root)
     assert {k: v for k, v in after.items() if not k.startswith(".ckptctl")} == before
     # the refusal itself is recorded
-    assert sorted(after) == sorted([*before, ".ckptctl", ".ckptctl/audit.jsonl", f".ckptctl/{Path(doc['report_path']).name}"])
+    written = [f".ckptctl/{Path(doc[k]).name}" for k in ("report_path", "report_html") if doc[k]]
+    assert sorted(after) == sorted([*before, ".ckptctl", ".ckptctl/audit.jsonl", *written])
     assert [r["outcome"] for r in audit_records(s.root)] == ["stopped"]
     saved = json.loads(Path(doc["report_path"]).read_text())
     assert saved["outcome"] == "stopped" and saved["classify"]["root_cause"] == cl["root_cause"]
