@@ -180,6 +180,7 @@ def timeline_chart(rows: Sequence[Mapping[str, Any]]) -> str | None:
                 seen.add(phase)
                 left += width
             ax.text(left, y, "  " + str(row.get("note") or ""), va="center", fontsize=8)
+        ax.spines["right"].set_visible(False)
         ax.set_yticks(range(len(drawn)), [str(r.get("label")) for r in drawn])
         ax.invert_yaxis()
         ax.set_xlim(0, max(1.0, ax.get_xlim()[1] * 1.35))

@@ -27,6 +27,7 @@ def render(doc: Mapping[str, Any]) -> str:
     env.filters["duration"] = duration
     env.filters["size"] = size
     env.filters["clock"] = clock
+    env.filters["day"] = day
     env.filters["verdict_class"] = verdict_class
     text = resources.files("ckptctl").joinpath(TEMPLATE).read_text("utf-8")
     return env.from_string(text).render(**view(doc))
@@ -126,6 +127,13 @@ def clock(stamp: Any) -> str:
     if not isinstance(stamp, str) or not stamp:
         return "-"
     return stamp.split("T", 1)[-1]
+
+
+def day(stamp: Any) -> str:
+    """``2026-11-21T12:19:05Z`` -> ``2026-11-21``; None -> ``-``."""
+    if not isinstance(stamp, str) or not stamp:
+        return "-"
+    return stamp.split("T", 1)[0]
 
 
 def size(num_bytes: Any) -> str:
