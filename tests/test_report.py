@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -162,7 +163,7 @@ def test_the_page_text_in_chromium_names_incidents_verdicts_checkpoints_and_host
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
     assert "Run report" in text and str(run.root) in text
     # the incidents, with their cause, verdicts and outcome
-    assert re.search(r"\b1 \S+Z infra .* \b2 \S+Z infra ", text), text[:3000]
+    assert re.search(r"\b1 \S+ \S+Z infra .* \b2 \S+ \S+Z infra ", text), text[:3000]
     for words in ("spike", "continuous", "recovered", "stopped by the watch", "time lost"):
         assert words in text, words
     # the checkpoints: quarantined with the watch's reason; complete ones
@@ -244,6 +245,31 @@ def test_the_reference_check_sees_what_it_must_refuse() -> None:
         with pytest.raises(AssertionError):
             assert_self_contained(bad)
     assert_self_contained('<svg><use xlink:href="#m1"/><path clip-path="url(#p1)"/></svg><a href="#top">top</a>')
+
+
+@pytest.mark.slow
+def test_edited_records_are_drawn_or_refused_in_one_line(run: Run, tmp_path: Path) -> None:
+    """Reports are files anyone can edit: odd values render or give one error line, never a traceback."""
+    root = tmp_path / "run"
+    shutil.copytree(run.root, root)
+    (report,) = [p for p in sorted((root / ".ckptctl").glob("recovery-*.json"))][:1]
+    doc = json.loads(report.read_text())
+    watch = doc["attempts"][0]["watch"]
+    watch["curve"] = {"before": [["x", 1], [3, "nan"], None], "after": [[31, "inf", None], [32, 4.0, "lr"]],
+                      "expected": [[31, None, 2.0], [32]]}  # fmt: skip
+    watch["resume_step"] = "thirty"
+    doc["incident"]["phases_s"] = {"drain": "slow", "relaunch": -3}
+    report.write_text(json.dumps(doc))
+    out = tmp_path / "r.html"
+    proc = ckptctl("report", str(root), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert_self_contained(out.read_text())
+    doc["drain"] = 7  # not a list
+    report.write_text(json.dumps(doc))
+    proc = ckptctl("report", str(root), "-o", str(tmp_path / "r2.html"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: cannot draw the report: a value in the run root's records")
+    assert not (tmp_path / "r2.html").exists()
 
 
 # -- recover writes it; the terminal chart ----------------------------------------------------------

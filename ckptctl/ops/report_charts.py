@@ -85,8 +85,8 @@ def _svg(fig: Figure) -> str:
 
 def _points(rows: Sequence[Sequence[Any]]) -> list[tuple[int, float, float | None]]:
     out = []
-    for r in rows:
-        if len(r) >= 2 and isinstance(r[0], int) and (loss := num(r[1])) is not None:
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, list) and len(r) >= 2 and isinstance(r[0], int) and (loss := num(r[1])) is not None:
             out.append((r[0], loss, num(r[2]) if len(r) > 2 else None))
     return out
 
@@ -100,7 +100,10 @@ def loss_chart(watch: Mapping[str, Any]) -> str | None:
     if not after:
         return None
     marks: list[tuple[int, float, float]] = []
-    for e in curve.get("expected") or []:
+    expected = curve.get("expected")
+    for e in expected if isinstance(expected, list) else []:
+        if not isinstance(e, list):
+            continue
         level, top = (num(e[1]), num(e[2])) if len(e) >= 3 else (None, None)
         if isinstance(e[0], int) and level is not None and top is not None:
             marks.append((e[0], level, top))

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from ckptctl.errors import InputError
 from ckptctl.ops import report_charts as charts
 
 TEMPLATE = "templates/report.html.j2"
@@ -23,6 +24,18 @@ PROBLEM_VERDICTS = {"spike", "nan", "replayed-steps", "skipped-steps", "tokens-m
 
 
 def render(doc: Mapping[str, Any]) -> str:
+    """The page. A value of an unexpected type (a report edited by hand) is an ``InputError``."""
+    try:
+        return _render(doc)
+    except (TypeError, ValueError, AttributeError, LookupError, jinja2.TemplateError) as e:
+        raise InputError(
+            f"cannot draw the report: a value in the run root's records has an unexpected shape "
+            f"({type(e).__name__}: {e})",
+            hint="a recovery report or the audit log may have been edited; --json shows the data as read",
+        ) from e
+
+
+def _render(doc: Mapping[str, Any]) -> str:
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["duration"] = duration
     env.filters["size"] = size
