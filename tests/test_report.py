@@ -353,3 +353,8 @@ def test_an_empty_run_root_renders(run_root: Path, tmp_path: Path) -> None:
     html = out.read_text()
     assert "No recovery has been recorded" in html and "step_30" in html
     assert_self_contained(html)
+    # -o - writes the same page to stdout (only the generation time differs)
+    piped = ckptctl("report", str(run_root), "-o", "-")
+    assert piped.returncode == 0 and piped.stderr == ""
+    stamp = re.compile(r"generated \S+Z")
+    assert stamp.sub("", piped.stdout) == stamp.sub("", html)
