@@ -25,6 +25,7 @@ def _accuracy_module() -> Any:
     spec = importlib.util.spec_from_file_location("classify_accuracy", REPO / "bench" / "classify_accuracy.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
