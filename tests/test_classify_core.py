@@ -31,7 +31,16 @@ def test_every_catalog_example_matches_its_own_signature_first(sig_id: str, exam
     sig = BY_ID[sig_id]
     assert any(kw in example + "\n" for kw in sig.keywords), "the prefilter would never see this line"
     match = MATCHER.match_line(example + "\n")
-    assert match is not None and match.signature.id == sig_id
+    assert match is not None
+    if sig.codes and match.signature.id != sig_id:
+        # A vocabulary table lists every member of its set; a member whose lines an earlier,
+        # wording-specific entry already claims (k8s-oomkilled for "Reason: OOMKilled") must
+        # mean the same there: same category and role.
+        first = match.signature
+        assert (first.category, first.role) == (sig.category, sig.role), (first.id, sig_id)
+        assert not first.codes, "a vocabulary member is shadowed by another vocabulary"
+        return
+    assert match.signature.id == sig_id
 
 
 def test_every_cause_and_symptom_has_examples_and_keywords() -> None:

@@ -65,6 +65,7 @@ SIGNATURE_KEYS = frozenset(
         "xid",
         "code",
         "source",
+        "xid_report",
         "examples",
     }
 )
@@ -128,6 +129,9 @@ class Signature:
     per line), as XID entries share the kernel's XID line."""
     source: str = ""
     """Where the wording was read: the producer's repository and file, or its documentation."""
+    xid_report: bool = False
+    """The line reports an NVIDIA XID by code in another tool's words (the device plugin,
+    DCGM): the code's own catalog entry decides, as for the kernel's line."""
     examples: tuple[str, ...] = ()
     """Real-looking lines the pattern must match (checked by the test suite)."""
 
@@ -209,6 +213,9 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         keywords = ("Xid",)
     if not keywords and codes:
         keywords = codes  # each member is a literal of every line it matches
+    xid_report = entry.get("xid_report", False)
+    if not isinstance(xid_report, bool) or (xid_report and "xid" not in groups):
+        raise CatalogError(f"{where}: 'xid_report' must be true or false, with a (?P<xid>...) group")
     drain = entry.get("drain", category == "infra" and role == "cause")
     if not isinstance(drain, bool):
         raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
@@ -228,6 +235,7 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         keywords=keywords,
         xid=xid_value,
         codes=codes,
+        xid_report=xid_report,
         source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),
     )

@@ -314,6 +314,11 @@ class FileScanner:
         """An XID line that names the earlier XID it follows from ("... caused by previous
         Xid 149") is evidence of that XID on the same GPU, when the earlier one is a
         stronger cause (an XID 45 cleanup after an NVLink XID 149 is the NVLink error)."""
+        if sig.xid_report:
+            # Another tool's report of an XID: the code's own catalog entry decides.
+            code = _int_or_none(fields.get("xid"))
+            index = None if code is None else self.matcher.xid_signatures.get(code)
+            return sig if index is None else self.matcher.signatures[index]
         earlier = _int_or_none(fields.get("cause_xid"))
         if sig.xid is None or earlier is None or earlier == sig.xid:
             return sig
