@@ -565,7 +565,8 @@ def test_infra_verdict_names_gpus_and_suspects() -> None:
     assert v.gpus == (c.GpuRef(host="gpu-node-17", pci_bus_id="0000:3b:00", index=None),)
     assert v.suspect_hosts == ("gpu-node-12",)
     assert v.action.startswith("Drain gpu-node-17 (GPU 0000:3b:00) and resume")
-    assert [e.signature.id for e in v.symptoms] == ["cuda-unknown-error"]
+    # CUDA's "unknown error" is a weak infra cause of its own (no drain): outweighed here
+    assert "cuda-unknown-error" in [e.signature.id for e in v.causes] and v.symptoms == ()
 
 
 def test_infra_without_a_hostname_says_how_to_find_it() -> None:

@@ -28,7 +28,7 @@ DEFAULT_CATALOG = "default.yaml"
 #: then NCCL's and the fabric's specific errors and the platforms' preemption and
 #: maintenance wordings; then the general catalog (ending with the generic Python
 #: exception rule).
-BUILTIN_CATALOGS = ("xids.yaml", "fabric.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml", "preemption.yaml", "kubernetes.yaml", DEFAULT_CATALOG)
+BUILTIN_CATALOGS = ("xids.yaml", "fabric.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG)
 
 
 def _yaml_load(text: str, source: str) -> Any:

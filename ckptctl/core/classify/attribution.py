@@ -150,14 +150,15 @@ class LineAttribution:
     cause_xid: int | None = None
     """An earlier XID the line names as its cause (``... due to Xid 48``)."""
     program: str | None = None
-    """The program that wrote the line (the syslog tag: ``kernel``, ``python3``)."""
+    """The program that wrote the line (the syslog tag: ``kernel``, ``python3``). Not a field
+    of events: the writer of a line (kubelet, slurmd) is not the program that failed."""
 
     def fields(self) -> dict[str, str]:
         """The non-empty attributes as strings (the same names as signature groups)."""
         out: dict[str, str] = {}
         for name in (
             "host", "rank", "local_rank", "gpu", "gpu_index", "peer", "peer_host", "pod", "time", "pid",
-            "cause_xid", "program",
+            "cause_xid",
         ):  # fmt: skip
             value = getattr(self, name)
             if value is not None:

@@ -66,6 +66,7 @@ SIGNATURE_KEYS = frozenset(
         "code",
         "source",
         "xid_report",
+        "fallback",
         "examples",
     }
 )
@@ -129,6 +130,9 @@ class Signature:
     per line), as XID entries share the kernel's XID line."""
     source: str = ""
     """Where the wording was read: the producer's repository and file, or its documentation."""
+    fallback: bool = False
+    """A catch-all (the generic Python exception): it decides only when no other cause
+    of its category explains the failure; otherwise its lines are consequences."""
     xid_report: bool = False
     """The line reports an NVIDIA XID by code in another tool's words (the device plugin,
     DCGM): the code's own catalog entry decides, as for the kernel's line."""
@@ -216,6 +220,9 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
     xid_report = entry.get("xid_report", False)
     if not isinstance(xid_report, bool) or (xid_report and "xid" not in groups):
         raise CatalogError(f"{where}: 'xid_report' must be true or false, with a (?P<xid>...) group")
+    fallback = entry.get("fallback", False)
+    if not isinstance(fallback, bool):
+        raise CatalogError(f"{where}: 'fallback' must be true or false, got {fallback!r}")
     drain = entry.get("drain", category == "infra" and role == "cause")
     if not isinstance(drain, bool):
         raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
@@ -236,6 +243,7 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         xid=xid_value,
         codes=codes,
         xid_report=xid_report,
+        fallback=fallback,
         source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),
     )
