@@ -9,7 +9,8 @@
   ``SeqNum``/``OpType``/``NumelIn`` of ``WorkNCCL(...)``, or how many collectives they
   enqueued) took different code paths: a **desync**, a job fault naming the odd ranks;
 * **several unrelated programs failing on one host** (the kernel names them: a
-  segfault of ``python`` and one of ``sshd``) point at the host;
+  segfault of ``python`` and one of ``sshd``) point at the host, and those crashes are
+  its consequences;
 * a cause whose line names no host takes the host that **the other lines of its file**
   name, or the lines of **the same second** in other files (any line shape: a syslog
   prefix, a pod or node name, an instance id), when exactly one host is named there.
@@ -80,8 +81,36 @@ def reason_across_lines(evidence: Evidence) -> tuple[Evidence, tuple[str, ...]]:
     tallies = _demote_fallbacks(evidence.tallies, notes)
     tallies = _attach_hosts(tallies, evidence, notes)
     tallies.extend(desync_tallies(evidence.collectives, evidence.rank_hosts, notes))
-    tallies.extend(many_program_tallies(evidence.programs, notes))
+    host_tallies = many_program_tallies(evidence.programs, notes)
+    tallies = _demote_explained_crashes(tallies, host_tallies, evidence.programs)
+    tallies.extend(host_tallies)
     return replace(evidence, tallies=tuple(tallies)), tuple(notes)
+
+
+def _as_symptom(t: SignatureTally) -> SignatureTally:
+    symptom = replace(t.signature, role="symptom")
+    return replace(t, signature=symptom, samples=tuple(replace(e, signature=symptom) for e in t.samples))
+
+
+def _demote_explained_crashes(
+    tallies: Sequence[SignatureTally],
+    host_tallies: Sequence[SignatureTally],
+    programs: Mapping[str, Mapping[str, Event]],
+) -> list[SignatureTally]:
+    """The crashes of programs on a host that several programs failed on are consequences
+    of the host (a python segfault there is not the job's bug): those causes, when every
+    line of them is on such a host, become symptoms."""
+    bad_hosts = {h for t in host_tallies for h in t.hosts}
+    crash_ids = {e.signature.id for h in bad_hosts for e in programs.get(h, {}).values()}
+    if not bad_hosts:
+        return list(tallies)
+    return [
+        _as_symptom(t)
+        if t.signature.id in crash_ids and t.signature.role == "cause" and t.num_hosts == len(t.hosts)
+        and set(t.hosts) <= bad_hosts and all(e.host in bad_hosts for e in t.samples)
+        else t
+        for t in tallies
+    ]  # fmt: skip
 
 
 def _demote_fallbacks(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
@@ -92,8 +121,7 @@ def _demote_fallbacks(tallies: Sequence[SignatureTally], notes: list[str]) -> li
     for t in tallies:
         sig = t.signature
         if sig.fallback and sig.role == "cause" and sig.category in explained:
-            symptom = replace(sig, role="symptom")
-            t = replace(t, signature=symptom, samples=tuple(replace(e, signature=symptom) for e in t.samples))
+            t = _as_symptom(t)
             notes.append(
                 f"{_plural(t.count, 'line')} of {sig.description or sig.id} follow from another "
                 f"{sig.category} cause (a consequence, not a cause)"
