@@ -24,7 +24,7 @@ For each case the verdict is compared with its label, then per folder:
   (the target is 0).
 
 Usage: python bench/classify_accuracy.py [--corpus DIR ...] [--only PREFIX] [--verbose]
-(default: tests/fixtures/logs_realistic and tests/fixtures/logs_holdout).
+(default: tests/fixtures/logs_realistic, logs_holdout and logs_openworld).
 
 The project's cases named h_* are a held-out set: written and labelled after the
 tool was tuned on the others, committed before it was run on them (``--only h_``).
@@ -46,7 +46,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "tests" / "fixtures"
 DEFAULT_CORPUS = FIXTURES / "logs_realistic"
-DEFAULT_CORPORA = (DEFAULT_CORPUS, FIXTURES / "logs_holdout")
+DEFAULT_CORPORA = (DEFAULT_CORPUS, FIXTURES / "logs_holdout", FIXTURES / "logs_openworld")
 TARGET_CATEGORY = 0.90
 TARGET_CULPRIT = 0.90
 
