@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ckptctl.ops.classify import load_default_signatures  # noqa: E402
+from ckptctl.ops.classify_catalog import load_default_signatures  # noqa: E402
 
 DATA_DIR = ROOT / ".bench-data"
 GENERATOR_VERSION = 3

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ckptctl.core import classify as c
+from ckptctl.core.classify.attribution import SHAPES, attribute_line
+from ckptctl.core.classify.catalog import EVENT_GROUPS
 
 # (shape that must give the host or the first field, line, expected fields)
 CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -105,14 +106,14 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("shape", "line", "expected"), CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)])
 def test_attribute_line(shape: str, line: str, expected: dict[str, Any]) -> None:
-    got = c.attribute_line(line)
+    got = attribute_line(line)
     for key, value in expected.items():
         assert getattr(got, key) == value, (key, got)
     assert shape in got.shapes
 
 
 def test_every_shape_has_an_example() -> None:
-    assert {name for name, _ in c.SHAPES} <= {shape for shape, _, _ in CASES}
+    assert {name for name, _ in SHAPES} <= {shape for shape, _, _ in CASES}
 
 
 @pytest.mark.parametrize(
@@ -129,10 +130,10 @@ def test_every_shape_has_an_example() -> None:
 )
 def test_lines_that_name_no_host(line: str) -> None:
     """Source files, redacted hosts, log words in a host slot are not hosts."""
-    assert c.attribute_line(line).host is None
+    assert attribute_line(line).host is None
 
 
 def test_fields_use_signature_group_names() -> None:
-    got = c.attribute_line("gpu-d01:31201:31377 [3] transport/net_ib.cc:1696 NCCL WARN x from peer 10.20.3.14<57216>")
+    got = attribute_line("gpu-d01:31201:31377 [3] transport/net_ib.cc:1696 NCCL WARN x from peer 10.20.3.14<57216>")
     assert got.fields() == {"host": "gpu-d01", "gpu_index": "3", "peer": "10.20.3.14", "pid": "31201"}
-    assert set(got.fields()) <= c.EVENT_GROUPS | {"peer_host"}
+    assert set(got.fields()) <= EVENT_GROUPS | {"peer_host"}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ckptctl.ops import classify as ops
+from ckptctl.ops.classify_catalog import load_default_signatures
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "fixtures" / "logs_realistic"
@@ -99,7 +100,7 @@ def test_nvlink5_xid_and_recovery_action_xid_keep_the_first_as_root() -> None:
 
 
 def test_every_xid_of_the_catalog_is_known() -> None:
-    xids = {s.xid for s in ops.load_default_signatures() if s.xid is not None}
+    xids = {s.xid for s in load_default_signatures() if s.xid is not None}
     assert set(range(1, 173)) - {13} <= xids | {13}
     assert set(range(1, 173)) <= xids
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from ckptctl.core.manifest import check_commit_marker
-from ckptctl.ops.checkpoints import find_latest_complete, verify_checkpoint
+from ckptctl.core.verify.manifest import check_commit_marker
+from ckptctl.runroot.locate import find_latest_complete, verify_checkpoint
 from ckptctl.training import (
     PREEMPTED_EXIT_CODE,
     SAVE_PHASES,

@@ -28,7 +28,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
-from ckptctl.core import logtokens as lt
+from ckptctl.core.watch import logtokens as lt
 from ckptctl.errors import InputError, UsageError
 
 TENSORBOARD = "tensorboard"

@@ -13,7 +13,7 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, DeepOpt, DryRunOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
-    from ckptctl.ops.recover import RecoveryReport
+    from ckptctl.ops.recover_report import RecoveryReport
 
 
 def _render(report: RecoveryReport) -> None:

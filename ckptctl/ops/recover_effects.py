@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan
+from ckptctl.core.recover import decisions
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
-from ckptctl.runroot.lock import INHERITED_TOKEN_ENV, HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Effects:
     dry = False
     held: HeldLock | None = None
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         raise NotImplementedError
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
@@ -74,7 +74,7 @@ class Effects:
 class DryEffects(Effects):
     dry = True
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         rec.report.drain.append(DrainRecord(command=cmd, executed=False))
         rec.log("drain", f"drain step (not executed, dry run): {shlex.join(cmd.argv)}")
         return None
@@ -99,7 +99,7 @@ class RealEffects(Effects):
     def __init__(self, root: RunRoot, held: HeldLock | None, clock: Callable[[], datetime] = _utc_now) -> None:
         self.root, self.held, self.clock = root, held, clock
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         shown = shlex.join(cmd.argv)
         if not execute:
             rec.report.drain.append(DrainRecord(command=cmd, executed=False))

@@ -13,17 +13,16 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
-from ckptctl.core import incidents
-from ckptctl.core import recover as core
-from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, signal_name
-from ckptctl.core.recover_plan import RecoveryPlan
-from ckptctl.core.slurm_batch import SlurmBatch
+from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
+from ckptctl.core.launch.slurm_batch import SlurmBatch
+from ckptctl.core.recover import decisions, incidents
+from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
-    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.ops.classify_result import ClassifyResult
     from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 
@@ -36,7 +35,7 @@ def iso(t: datetime) -> str:
 class DrainRecord:
     """One drain command: shown only (``executed`` false), or run and how it went."""
 
-    command: core.DrainCommand
+    command: decisions.DrainCommand
     executed: bool
     ok: bool | None = None
     """Run: did it exit 0 (None when not run)."""
@@ -145,7 +144,7 @@ class SkippedRecord:
 
 @dataclass(slots=True)
 class AttemptRecord:
-    attempt: core.Attempt
+    attempt: decisions.Attempt
     argv: list[str]
     log_path: str | None
     watch: dict[str, Any] | None
@@ -186,11 +185,11 @@ class RecoveryReport:
     dry_run: bool
     started: str
     outcome: str = "stopped"
-    """recovered | resumed-unverified | stopped | dry-run | plan-only (``core.recover.OUTCOME_EXIT``)"""
+    """recovered | resumed-unverified | stopped | dry-run | plan-only (``decisions.recover.OUTCOME_EXIT``)"""
     reason: str = ""
     ended: str | None = None
     classify: ClassifyResult | None = None
-    triage: core.TriageDecision | None = None
+    triage: decisions.TriageDecision | None = None
     drain: list[DrainRecord] = field(default_factory=list)
     capacity: CapacityRecord | None = None
     checkpoint: CheckpointRecord | None = None
@@ -209,7 +208,7 @@ class RecoveryReport:
     locate_after: str | None = None
     """What ``locate`` returns after this recovery's quarantines (None: nothing was quarantined)."""
     incident: dict[str, Any] | None = None
-    """The incident ledger entry (``core.incidents``): times, steps recomputed, verdicts, hosts."""
+    """The incident ledger entry (``decisions.incidents``): times, steps recomputed, verdicts, hosts."""
     cadence: dict[str, Any] | None = None
     """``ckptctl cadence`` of the run root at the end: save cost, interval, MTBF, Young/Daly optimum."""
 
@@ -222,7 +221,7 @@ class RecoveryReport:
     def exit_code(self) -> int:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by  # 130 / 143, as `ckptctl launch` and a shell report it
-        return core.OUTCOME_EXIT.get(self.outcome, 3)
+        return decisions.OUTCOME_EXIT.get(self.outcome, 3)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -301,7 +300,7 @@ def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
 
 
 def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs: Sequence[str]) -> dict[str, Any]:
-    """The report's ``incident`` (``core.incidents``); ``marks``: when each stage was reached.
+    """The report's ``incident`` (``decisions.incidents``); ``marks``: when each stage was reached.
 
     The failure time is the newest ``--logs`` file's modification time (none for stdin).
     """

@@ -4,7 +4,7 @@
 id, owner) and where it is now (Slurm: ``squeue``/``scontrol``/``sacct``; local: is
 the pid alive), and the last recovery's outcome and loss-watch verdict.
 ``incidents``: the ``incident`` record of every recovery report the audit log
-points at, summarised by ``core.incidents.summarize_incidents``. Neither writes.
+points at, summarised by ``core.recover.incidents.summarize_incidents``. Neither writes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ckptctl.adapters.audit import current_actor
-from ckptctl.core.incidents import summarize_incidents
+from ckptctl.core.recover.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_effects import JOB_FILE
 from ckptctl.runroot import audit

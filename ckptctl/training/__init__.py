@@ -18,13 +18,13 @@ See ``docs/training.md`` for the commit protocol, what is saved, async memory
 cost, preemption and retention.
 """
 
+from ckptctl.core.names import step_dir_name
 from ckptctl.training.checkpointer import (
     SAVE_PHASES,
     Checkpointer,
     LoadResult,
     SaveHandle,
     SaveResult,
-    step_dir_name,
 )
 from ckptctl.training.errors import (
     CheckpointLoadError,

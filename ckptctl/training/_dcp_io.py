@@ -38,9 +38,9 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from ckptctl.adapters.dcp_metadata import MetadataError, is_allowed_metadata_global, read_index
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
-from ckptctl.core.dcp import is_dtype_name
-from ckptctl.core.manifest import format_crc32
-from ckptctl.core.verify import is_plain_file_name
+from ckptctl.core.verify.contract import is_plain_file_name
+from ckptctl.core.verify.dcp import is_dtype_name
+from ckptctl.core.verify.manifest import format_crc32
 from ckptctl.training.errors import UnsafeCheckpointError
 
 METADATA_NAME = ".metadata"

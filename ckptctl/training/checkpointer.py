@@ -38,7 +38,9 @@ import torch.distributed.checkpoint as dcp
 
 import ckptctl
 from ckptctl.adapters.storage import STORAGE_OPTIONS_ENV, Storage
-from ckptctl.core.manifest import (
+from ckptctl.core.names import step_dir_name, temp_dir_name
+from ckptctl.core.rollback.retention import RetentionPolicy
+from ckptctl.core.verify.manifest import (
     COMMIT_MARKER_NAME,
     MANIFEST_NAME,
     Manifest,
@@ -47,8 +49,6 @@ from ckptctl.core.manifest import (
     commit_marker_bytes,
     parse_manifest,
 )
-from ckptctl.core.names import step_dir_name, temp_dir_name
-from ckptctl.core.retention import RetentionPolicy
 from ckptctl.errors import NotFoundError
 from ckptctl.runroot import mutate
 from ckptctl.runroot.root import RunRoot

@@ -5,7 +5,7 @@ reads nothing and keeps only small state (a CSV or column header, the current
 epoch of a progress bar, a multi-line record being assembled, the format auto
 detection locked onto). Stdlib only.
 
-How a line is read (one mechanism for every logger; ``ckptctl.core.logtokens``):
+How a line is read (one mechanism for every logger; ``ckptctl.core.watch.logtokens``):
 
 1. Split on carriage returns (tqdm redraws); strip ANSI colours and torchrun's
    ``[default0]:`` / ``[rank0]:`` tags (the tag's number is the rank unless the
@@ -39,32 +39,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core import logtokens as lt
-from ckptctl.core.logcsv import CsvHeader, csv_header, csv_row
-from ckptctl.core.logevents import MARKER_HINTS as _MARKER_HINTS
-from ckptctl.core.logevents import (
+from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
+from ckptctl.core.watch.logevents import MARKER_HINTS as _MARKER_HINTS
+from ckptctl.core.watch.logevents import (
     METRICS,
     LogEvent,
     LossPoint,
     RestartDetector,
-    ResumeMarker,
     match_marker,
 )
-from ckptctl.core.logtokens import MAX_LINE_CHARS, clean_line, parse_float
+from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
 __all__ = [
     "AUTO",
     "FORMATS",
-    "MAX_LINE_CHARS",
     "PATTERN",
-    "LogEvent",
     "LossLogParser",
-    "LossPoint",
     "PatternError",
-    "ResumeMarker",
-    "clean_line",
     "compile_pattern",
-    "parse_float",
     "parse_lines",
 ]
 

@@ -2,7 +2,7 @@
 
 ``config_from_dict`` checks every key (an unknown key is an error that names it
 and suggests the nearest known one), turns YAML's shapes into the dataclasses'
-field types, and lets the dataclasses of ``ckptctl.core.config_schema``
+field types, and lets the dataclasses of ``ckptctl.core.config.schema``
 validate the values. Stdlib only; import ``config_from_dict`` from
 ``ckptctl.core.config``.
 """
@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ckptctl.core.config_checks import (
+from ckptctl.core.config.checks import (
     _command,
     _fail,
     _mapping,
@@ -24,7 +24,7 @@ from ckptctl.core.config_checks import (
     _str_map,
     check_watch_settings,
 )
-from ckptctl.core.config_schema import (
+from ckptctl.core.config.schema import (
     CkptctlConfig,
     ClassifyConfig,
     DrainConfig,

@@ -1,6 +1,6 @@
 """Judging the losses after a resume against the pre-failure trajectory, and the words for it.
 
-Pure, stdlib only. See ``ckptctl.core.watch`` ("What is judged").
+Pure, stdlib only. See ``ckptctl.core.watch.analyze`` ("What is judged").
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from ckptctl.core.watch_model import (
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     DIVERGED,
     INSUFFICIENT,
@@ -26,7 +26,7 @@ from ckptctl.core.watch_model import (
     fmt_num,
     signed,
 )
-from ckptctl.core.watch_stats import (
+from ckptctl.core.watch.stats import (
     curvature_free_residuals,
     fit_trend,
     local_level,

@@ -1,7 +1,7 @@
 """A torch-free picture of a DCP ``.metadata`` index, and DCP's on-disk names.
 
 ``ckptctl.adapters.dcp_metadata`` builds these from the pickle with a restricted
-unpickler; the verifier in ``ckptctl.core.verify`` reasons about them.
+unpickler; the verifier in ``ckptctl.core.verify.contract`` reasons about them.
 """
 
 from __future__ import annotations
@@ -106,6 +106,18 @@ class DcpIndex:
     byte_fqns: frozenset[str]
     items: tuple[StorageItem, ...]
     version: str | None = None
+
+
+@dataclass(slots=True)
+class DcpUnit:
+    """One DCP directory inside a checkpoint: the step dir itself or a nested one (HF).
+
+    ``runroot.inspect`` lists and parses it; ``runroot.deep`` reads its records."""
+
+    subdir: str
+    files: dict[str, int]
+    index: DcpIndex | None = None
+    rank_local: int = 0
 
 
 @functools.lru_cache(maxsize=65536)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ckptctl.core.config_checks import (
+from ckptctl.core.config.checks import (
     _fail,
     check_endpoint,
     check_hosts,
@@ -21,7 +21,7 @@ from ckptctl.core.config_checks import (
     check_word,
     parse_nnodes,
 )
-from ckptctl.core.config_schema import CkptctlConfig
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.errors import ConfigError
 
 __all__ = ["ConfigOverrides", "apply_overrides"]

@@ -17,7 +17,7 @@ Rules (DESIGN.md, "Data-safety rules"):
   its name; or the one at ``step``) and refuses when its original name is taken.
 
 The values (``Candidate``, ``AuditRecord``, ``RollbackPlan``, ``Refusal``, the
-codes) live in ``ckptctl.core.rollback_model``; every name is importable from here.
+codes) live in ``ckptctl.core.rollback.model``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ckptctl.core.names import (
     stamp_of,
     unquarantine_name,
 )
-from ckptctl.core.rollback_model import (
+from ckptctl.core.rollback.model import (
     AMBIGUOUS_STEP,
     COMPLETE,
     NAME_TAKEN,
@@ -50,24 +50,8 @@ from ckptctl.core.rollback_model import (
 )
 
 __all__ = [
-    "AMBIGUOUS_STEP",
-    "COMPLETE",
-    "NAME_TAKEN",
-    "NOTHING_TO_ROLL_BACK",
-    "NOTHING_TO_UNDO",
-    "NO_FALLBACK",
-    "NO_SUCH_STEP",
-    "QUARANTINE",
-    "RESTORE",
-    "ROOT_CHANGED",
-    "Actor",
-    "AuditRecord",
-    "Candidate",
-    "Refusal",
-    "RollbackPlan",
     "plan_rollback",
     "plan_undo",
-    "stamp_of",
     "stamp_to_iso",
 ]
 

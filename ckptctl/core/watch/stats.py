@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from ckptctl.core.watch_model import MAD_TO_SIGMA, Trend
+from ckptctl.core.watch.model import MAD_TO_SIGMA, Trend
 
 
 def fit_trend(steps: Sequence[int], losses: Sequence[float]) -> Trend:

@@ -1,6 +1,6 @@
 """Where a log's run resumed: one rank, steps for every point, run segments, step checks.
 
-Pure, stdlib only. See ``ckptctl.core.watch`` for the whole picture ("How a log is read").
+Pure, stdlib only. See ``ckptctl.core.watch.analyze`` for the whole picture ("How a log is read").
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ckptctl.core.losslog import LogEvent, LossPoint, ResumeMarker
-from ckptctl.core.watch_model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
-from ckptctl.core.watch_stats import quantile
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
+from ckptctl.core.watch.stats import quantile
 
 
 def select_rank(points: Iterable[LossPoint]) -> int | None:
@@ -110,7 +110,7 @@ def log_interval_and_gap(
 def segment(
     items: Sequence[Item], gap_tolerance: float, sec_per_step: float | None = None
 ) -> list[Segment]:
-    """Split the points into runs (see ``ckptctl.core.watch``, "How a log is read", step 3).
+    """Split the points into runs (see ``ckptctl.core.watch.analyze``, "How a log is read", step 3).
 
     With ``sec_per_step`` (the run's wall time per step), a forward jump whose wall
     time matches the missing steps is lost log lines, not a new run (``lost_line_gaps``).

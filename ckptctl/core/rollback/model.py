@@ -1,7 +1,6 @@
 """The values of rollback and undo: candidates, the actor, the audit record, a plan, a refusal.
 
-Pure data (stdlib only, no I/O); ``ckptctl.core.rollback`` makes the plans.
-Import these names from ``ckptctl.core.rollback``.
+Pure data (stdlib only, no I/O); ``ckptctl.core.rollback.plan`` makes the plans.
 """
 
 from __future__ import annotations

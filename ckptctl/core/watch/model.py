@@ -1,6 +1,6 @@
 """The watch's plain data: verdict names, thresholds (``WatchConfig``), the report and its parts.
 
-Pure, stdlib only; shared by ``watch_resume``, ``watch_judge``, ``watch_checks`` and ``watch``.
+Pure, stdlib only; shared by ``resume``, ``judge``, ``checks`` and ``analyze``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core.losslog import ResumeMarker
+from ckptctl.core.watch.logevents import ResumeMarker
 
 CONTINUOUS = "continuous"
 SPIKE = "spike"

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ckptctl.core.dcp import DTYPE_ITEMSIZE, RANK_METADATA_NAME, DcpIndex, shard_rank
-from ckptctl.core.manifest import Manifest
+from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, RANK_METADATA_NAME, DcpIndex, shard_rank
+from ckptctl.core.verify.manifest import Manifest
 
 Severity = Literal["incomplete", "corrupt", "unsupported"]
 Status = Literal["complete", "incomplete", "corrupt", "unsupported"]
@@ -58,7 +58,7 @@ ProblemCode = Literal[
     "checksum-mismatch",
     "record-corrupt",
     "non-finite",
-    # framework layouts (core/layouts.py)
+    # framework layouts (core/verify/layouts.py)
     "part-missing",
     "commit-missing",
     "file-corrupt",
@@ -127,7 +127,7 @@ NON_FINITE: ProblemCode = "non-finite"
 """(--check-finite) A tensor holds NaN or Inf."""
 
 PART_MISSING: ProblemCode = "part-missing"
-"""A file or folder the framework's resume reads is missing (core/layouts.py), or a rank's."""
+"""A file or folder the framework's resume reads is missing (core/verify/layouts.py), or a rank's."""
 COMMIT_MISSING: ProblemCode = "commit-missing"
 """The part the framework writes last (trainer_state.json, meta.pt...) is missing: the save did not finish."""
 FILE_CORRUPT: ProblemCode = "file-corrupt"

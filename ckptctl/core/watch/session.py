@@ -1,7 +1,7 @@
 """Incremental use of the watch: feed a baseline, then a live log line by line.
 
 Pure, stdlib only. ``WatchSession`` keeps the parsed events and runs
-``ckptctl.core.watch.analyze`` only once something that could be a resume has
+``ckptctl.core.watch.analyze.analyze`` only once something that could be a resume has
 been seen.
 """
 
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptctl.core.losslog import AUTO, LogEvent, LossLogParser, LossPoint, ResumeMarker
-from ckptctl.core.watch_model import WatchConfig, WatchReport
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.losslog import AUTO, LossLogParser
+from ckptctl.core.watch.model import WatchConfig, WatchReport
 
 
 @dataclass(slots=True)
@@ -132,8 +134,6 @@ class WatchSession:
     def evaluate(self, *, final: bool = False) -> WatchReport:
         """Analyse everything read so far (``final``: the log is complete; see ``analyze``)."""
         pending = self._log_parser.peek()
-        from ckptctl.core.watch import analyze
-
         self._report = analyze(
             self._log_events if pending is None else [*self._log_events, pending],
             baseline_events=self._baseline_events,

@@ -2,7 +2,7 @@
 grad norm; and the self-baseline for runs with too few pre-failure points.
 
 Pure, stdlib only. Each check reads the metrics the log's points carry
-(``TracePoint.metrics``, keys from ``ckptctl.core.logtokens``) and returns what it
+(``TracePoint.metrics``, keys from ``ckptctl.core.watch.logtokens``) and returns what it
 found: a ``Finding`` (a verdict), notes ``(code, text)``, and its numbers for the
 report's ``checks``. A check whose metric the log does not carry returns nothing.
 """
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core import logtokens as lt
-from ckptctl.core.watch_model import (
+from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.model import (
     GRAD_NORM_SHIFT,
     LOSS_SCALE_RESTART,
     SCHEDULE_RESET,
@@ -29,7 +29,7 @@ from ckptctl.core.watch_model import (
     WatchConfig,
     fmt_num,
 )
-from ckptctl.core.watch_stats import quantile
+from ckptctl.core.watch.stats import quantile
 
 
 @dataclass(slots=True)

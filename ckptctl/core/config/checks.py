@@ -210,7 +210,7 @@ def _number(value: object, where: str) -> object:
 def check_watch_settings(data: Mapping[str, Any], where: str = "recover.watch") -> dict[str, Any]:
     """``recover.watch``: every key a field of the loss watch's ``WatchConfig``, of its type
     (taken from the field's default: bool, int, or a finite number), in its range."""
-    from ckptctl.core.watch import WatchConfig, WatchConfigError
+    from ckptctl.core.watch.model import WatchConfig, WatchConfigError
 
     fields = {f.name: f for f in dataclasses.fields(WatchConfig)}
     out: dict[str, Any] = {}

@@ -1,12 +1,12 @@
 """Loss continuity across a resume: find the resume in a log, judge the first steps after it.
 
-Pure: functions on parsed events (``ckptctl.core.losslog``), frozen dataclasses
+Pure: functions on parsed events (``ckptctl.core.watch.losslog``), frozen dataclasses
 out. No I/O, no clock. ``analyze`` is the whole decision; ``WatchSession`` feeds
-it incrementally for a live log. The parts live beside it: ``watch_model`` (the
-data), ``watch_resume`` (rank, steps, segments, step checks), ``watch_stats``
-(robust statistics), ``watch_judge`` (the loss judgement and its words),
-``watch_checks`` (tokens, schedule, throughput, loss scale, grad norm,
-self-baseline). Every public name stays importable from here.
+it incrementally for a live log (``session``). The parts live beside it: ``model`` (the
+data), ``resume`` (rank, steps, segments, step checks), ``stats``
+(robust statistics), ``judge`` (the loss judgement and its words),
+``checks`` (tokens, schedule, throughput, loss scale, grad norm,
+self-baseline).
 
 How a log is read
 -----------------
@@ -86,15 +86,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ckptctl.core.losslog import LogEvent
-from ckptctl.core.watch_checks import (
+from ckptctl.core.watch.checks import (
     check_loss_scale_and_grad_norm,
     check_schedule,
     check_throughput,
     check_tokens,
     self_baseline_shift,
 )
-from ckptctl.core.watch_judge import (
+from ckptctl.core.watch.judge import (
     compare_reruns,
     decide,
     describe_decision,
@@ -103,41 +102,27 @@ from ckptctl.core.watch_judge import (
     describe_rerun,
     judge_losses,
 )
-from ckptctl.core.watch_model import (
+from ckptctl.core.watch.logevents import LogEvent
+from ckptctl.core.watch.model import (
     CONTINUOUS,
-    DIVERGED,
-    GRAD_NORM_SHIFT,
     INSUFFICIENT,
-    LOSS_SCALE_RESTART,
     LOST_LOG_LINES,
-    MAD_TO_SIGMA,
     NAN,
-    NOTE_CODES,
-    PROBLEMS,
     RELATIVE_COUNTER,
     REPLAYED,
-    SCHEDULE_RESET,
     SELF_BASELINE,
     SKIPPED,
-    SPIKE,
-    THROUGHPUT_REGRESSION,
-    TOKENS_MISMATCH,
     VERDICTS,
     BaselineStats,
     Finding,
-    JudgedPoint,
     ObservedStats,
     RerunStats,
-    Segment,
     ThresholdStats,
-    TracePoint,
-    Trend,
     WatchConfig,
-    WatchConfigError,
     WatchReport,
     fmt_num,
 )
-from ckptctl.core.watch_resume import (
+from ckptctl.core.watch.resume import (
     LOST_LINES_TIME_FACTOR,
     accepted_start,
     assign_steps,
@@ -147,63 +132,14 @@ from ckptctl.core.watch_resume import (
     log_interval_and_gap,
     lost_line_gaps,
     segment,
-    select_rank,
     step_convention,
     stitch,
     wall_time_per_step,
 )
-from ckptctl.core.watch_stats import (
-    curvature_free_residuals,
-    fit_trend,
-    local_level,
-    longest_run,
-    robust_spread,
-)
 
 __all__ = [
-    "CONTINUOUS",
-    "DIVERGED",
-    "GRAD_NORM_SHIFT",
-    "INSUFFICIENT",
-    "LOSS_SCALE_RESTART",
-    "LOST_LOG_LINES",
-    "MAD_TO_SIGMA",
-    "NAN",
-    "NOTE_CODES",
-    "PROBLEMS",
-    "RELATIVE_COUNTER",
-    "REPLAYED",
-    "SCHEDULE_RESET",
-    "SELF_BASELINE",
-    "SKIPPED",
-    "SPIKE",
-    "THROUGHPUT_REGRESSION",
-    "TOKENS_MISMATCH",
-    "VERDICTS",
-    "BaselineStats",
-    "Finding",
-    "JudgedPoint",
-    "ObservedStats",
-    "RerunStats",
-    "Segment",
-    "ThresholdStats",
-    "TracePoint",
-    "Trend",
-    "WatchConfig",
-    "WatchConfigError",
-    "WatchReport",
-    "WatchSession",
     "analyze",
-    "curvature_free_residuals",
-    "fit_trend",
-    "local_level",
-    "log_interval_and_gap",
-    "longest_run",
-    "robust_spread",
-    "segment",
-    "select_rank",
-    "stitch",
-]  # fmt: skip
+]
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -535,7 +471,3 @@ def analyze(
         confidence=confidence,
         checks=checks,
     )
-
-
-# WatchSession lives in watch_session (it calls analyze); imported last to avoid a cycle.
-from ckptctl.core.watch_session import WatchSession  # noqa: E402

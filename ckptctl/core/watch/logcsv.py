@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 
-from ckptctl.core.logtokens import parse_float
+from ckptctl.core.watch.logtokens import parse_float
 
 
 @dataclass(frozen=True, slots=True)

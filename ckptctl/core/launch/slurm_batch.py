@@ -12,8 +12,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ckptctl.core.config import CkptctlConfig, parse_nnodes
-from ckptctl.core.launch_plan import LaunchPlan, is_srun
+from ckptctl.core.config.checks import parse_nnodes
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan, is_srun
 
 #: The variable a batch script sets so ``ckptctl.training`` takes these signals as a preemption
 #: notice (an emergency checkpoint at the next step boundary), e.g. ``USR1``.

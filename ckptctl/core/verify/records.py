@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core.dcp import is_dtype_name
-from ckptctl.core.verify import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
+from ckptctl.core.verify.contract import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
+from ckptctl.core.verify.dcp import is_dtype_name
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
@@ -208,7 +208,7 @@ def data_offset(local_header: bytes, member: Member) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RecordProblem:
-    """One thing wrong with a record: a stable code (``core.verify.PROBLEM_CODES``) and a message."""
+    """One thing wrong with a record: a stable code (``core.verify.contract.PROBLEM_CODES``) and a message."""
 
     code: ProblemCode
     """``crc-mismatch``, ``record-truncated`` or ``record-corrupt``."""

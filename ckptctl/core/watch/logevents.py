@@ -1,6 +1,6 @@
 """What the log reader finds: loss points and checkpoint markers; how a marker line is told.
 
-Pure, stdlib only (``ckptctl.core.losslog`` is the reader; these are its values).
+Pure, stdlib only (``ckptctl.core.watch.losslog`` is the reader; these are its values).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core import logtokens as lt
+from ckptctl.core.watch import logtokens as lt
 
 #: Metrics a point may carry (``LossPoint.metrics`` keys).
 METRICS = (

@@ -2,9 +2,8 @@
 
 Every dataclass checks its fields in ``__post_init__`` (so a config built in
 code, or changed with ``dataclasses.replace``, is checked the same way as one
-read from YAML by ``ckptctl.core.config_parse``). Every message names the field
-(``launch.nnodes: ...``). Stdlib only; import these names from
-``ckptctl.core.config``.
+read from YAML by ``ckptctl.core.config.parse``). Every message names the field
+(``launch.nnodes: ...``). Stdlib only.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptctl.core.config_checks import (
+from ckptctl.core.config.checks import (
     BACKENDS,
     DRAIN_KINDS,
     MIN_NODES_POLICIES,

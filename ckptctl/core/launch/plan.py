@@ -27,14 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ckptctl.core.config import (
-    CkptctlConfig,
-    DrainKind,
-    LaunchConfig,
-    MinNodesPolicy,
-    is_local_url,
-    local_path,
-)
+from ckptctl.core.config.checks import DrainKind, MinNodesPolicy, is_local_url, local_path
+from ckptctl.core.config.schema import CkptctlConfig, LaunchConfig
 from ckptctl.errors import ConfigError, UsageError
 
 #: Log directory (relative to the working directory) when the run root is not local.

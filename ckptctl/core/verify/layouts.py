@@ -21,8 +21,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ckptctl.core import verify as v
-from ckptctl.core.dcp import SHARD_SUFFIX
+from ckptctl.core.names import (
+    FILE_CHECKPOINT_SUFFIX,
+    FILE_STEP,
+    LIGHTNING_STEP,
+    STEP_DIR_NAMES,
+    TORCH_SAVE_FILE_NAME,
+)
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.dcp import SHARD_SUFFIX
 
 Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "deepspeed-dir", "text", "none"]
 """How a part is verified: a DCP directory against its .metadata; a torch.save zip by its
@@ -150,7 +157,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="hf",
         title="HF Trainer",
-        step_name=r"^checkpoint-(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["hf"],
         container="dir",
         parts=(
             *_HF_WEIGHTS,
@@ -191,7 +198,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="accelerate",
         title="accelerate",
-        step_name=r"^checkpoint_(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["accelerate"],
         container="dir",
         parts=(
             Part(name="model.safetensors", holds="model", check="safetensors"),
@@ -236,7 +243,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="lightning",
         title="Lightning",
-        step_name=r"^(?:.*[-_])?step=(?P<step>\d+)(?:[-_].*)?\.ckpt$",
+        step_name=STEP_DIR_NAMES["lightning"],
         container="dir",
         parts=(_DCP_TOP, Part(name="meta.pt", holds="meta", check="torch-zip")),
         needs=(
@@ -255,7 +262,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="lightning",
         title="Lightning",
-        step_name=r"^(?:.*[-_])?step=(?P<step>\d+)(?:[-_].*)?\.ckpt$",
+        step_name=STEP_DIR_NAMES["lightning"],
         container="file",
         parts=(Part(name="*", holds="checkpoint", check="torch-zip"),),
         needs=(Need(what="state_dict", parts=("state_dict",), why="the model's weights"),),
@@ -268,7 +275,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="torchtitan",
         title="torchtitan",
-        step_name=r"^step-(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["torchtitan"],
         container="dir",
         parts=(
             _DCP_TOP,
@@ -291,7 +298,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="megatron",
         title="Megatron torch_dist",
-        step_name=r"^iter_(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["megatron"],
         container="dir",
         parts=(
             _DCP_TOP,
@@ -316,7 +323,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="deepspeed",
         title="DeepSpeed",
-        step_name=r"^global_step(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["deepspeed"],
         container="dir",
         parts=(
             Part(name="mp_rank_{n}_model_states.pt", holds="module", check="torch-zip"),
@@ -348,7 +355,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="ckptctl",
         title="ckptctl",
-        step_name=r"^step_(?P<step>\d+)$",
+        step_name=STEP_DIR_NAMES["ckptctl"],
         container="dir",
         parts=(_DCP_TOP, Part(name="ckptctl.json", holds="manifest", check="none")),
         needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit",
@@ -371,7 +378,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="torch-save",
         title="torch.save file",
-        step_name=r"^(?P<stem>.+?)\.(?:pt|pth|pth\.tar|ckpt|bin|tar)$",
+        step_name=TORCH_SAVE_FILE_NAME,
         container="file",
         parts=(Part(name="*", holds="checkpoint", check="torch-zip"),),
         source="torch.save (zip format since torch 1.6); Horovod's examples save "
@@ -388,11 +395,7 @@ def layout(key: str, container: str = "dir") -> Layout:
 
 # -- file checkpoints: step from the name --------------------------------------------------
 
-_FILE_SUFFIX = re.compile(r"\.(?:pt|pth|pth\.tar|ckpt|bin|tar)$", re.IGNORECASE)
-_LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>\d+)(?:[-_]|\.ckpt$|$)")
-_FILE_STEP = re.compile(
-    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>\d+)$", re.IGNORECASE
-)
+# The names (suffixes, where the step is) are ``core.names``'s.
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,19 +407,19 @@ class FileCheckpointName:
 
 def has_checkpoint_file_suffix(name: str) -> bool:
     """``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``, ``.bin``, ``.tar``: what torch.save archives are called."""
-    return _FILE_SUFFIX.search(name) is not None
+    return FILE_CHECKPOINT_SUFFIX.search(name) is not None
 
 
 def parse_file_checkpoint_name(name: str) -> FileCheckpointName | None:
     """A single-file checkpoint's step from its name (``epoch=0-step=400.ckpt``,
     ``checkpoint-3.pth.tar``); None for a file that is not one."""
-    if not _FILE_SUFFIX.search(name):
+    if not FILE_CHECKPOINT_SUFFIX.search(name):
         return None
-    m = _LIGHTNING_STEP.search(name)
+    m = LIGHTNING_STEP.search(name)
     if m is not None and name.endswith(".ckpt"):
         return FileCheckpointName(name, int(m.group("step")), layout("lightning", "file"))
-    stem = _FILE_SUFFIX.sub("", name)
-    m = _FILE_STEP.match(stem)
+    stem = FILE_CHECKPOINT_SUFFIX.sub("", name)
+    m = FILE_STEP.match(stem)
     if m is None:
         return None
     return FileCheckpointName(name, int(m.group("step")), layout("torch-save", "file"))
@@ -424,7 +427,7 @@ def parse_file_checkpoint_name(name: str) -> FileCheckpointName | None:
 
 def parse_lightning_dir_name(name: str) -> int | None:
     """The step of a Lightning sharded checkpoint directory (``epoch=0-step=400.ckpt``)."""
-    m = _LIGHTNING_STEP.search(name)
+    m = LIGHTNING_STEP.search(name)
     return int(m.group("step")) if m is not None and name.endswith(".ckpt") else None
 
 
