@@ -88,8 +88,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckptctl.core.watch.context import CheckContext, LossJudgement
-from ckptctl.core.watch.judge import decide, describe_decision, describe_detection
+from ckptctl.core.watch.context import CheckContext, DataPosition, LossJudgement
+from ckptctl.core.watch.judge import decide, describe_decision, describe_detection, loss_curve
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.model import (
     CONTINUOUS,
@@ -97,7 +97,6 @@ from ckptctl.core.watch.model import (
     LOST_LOG_LINES,
     RELATIVE_COUNTER,
     VERDICTS,
-    DataPosition,
     Finding,
     Segment,
     TracePoint,
@@ -403,4 +402,5 @@ def analyze(
         note_codes=tuple(r.note_codes),
         confidence=confidence,
         checks=numbers,
+        curve=loss_curve(ctx.pre, judged, loss.observed, loss.threshold, cfg),
     )

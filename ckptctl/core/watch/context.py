@@ -1,4 +1,4 @@
-"""What a watch check reads (``CheckContext``) and what it returns (``CheckResult``).
+"""What a watch check reads (``CheckContext``, ``DataPosition``) and what it returns (``CheckResult``).
 
 Pure, stdlib only. ``analyze`` reads the log once (rank, steps, segments, the resume)
 and hands every registered check (``ckptctl.core.watch.registry.CHECKS``) the same
@@ -15,7 +15,6 @@ from typing import Any
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.model import (
     BaselineStats,
-    DataPosition,
     Finding,
     ObservedStats,
     RerunStats,
@@ -24,6 +23,34 @@ from ckptctl.core.watch.model import (
     TracePoint,
     WatchConfig,
 )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataPosition:
+    """One data-position line of ``ckptctl.training`` (format: ``ckptctl.core.watch.datapos``)."""
+
+    kind: str
+    """``recorded`` (the position saved with the checkpoint of ``step``) or ``first-batch``
+    (the position of the first batch a run resumed from the checkpoint of ``step`` draws)."""
+    step: int
+    epoch: int | None
+    index: int | None
+    """Position inside the epoch, in the loader's own unit (batches or samples consumed)."""
+    digest: str | None
+    """A digest of a stateful loader's state, when it has no epoch/index."""
+    rank: int | None
+    line_no: int
+    source: str
+    """``"log"`` or ``"baseline"``."""
+
+    def same_position(self, other: DataPosition) -> bool:
+        return (self.epoch, self.index, self.digest) == (other.epoch, other.index, other.digest)
+
+    def describe(self) -> str:
+        if self.digest is not None and self.epoch is None:
+            return f"digest {self.digest}"
+        where = f"epoch {self.epoch} index {self.index}"
+        return where + (f" digest {self.digest}" if self.digest is not None else "")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -33,12 +33,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ckptctl.core.watch.context import CheckContext, CheckResult
+from ckptctl.core.watch.context import CheckContext, CheckResult, DataPosition
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line
 from ckptctl.core.watch.model import (
     DATA_POSITION_MISMATCH,
     EARLIER_DATA_POSITION_MISMATCH,
-    DataPosition,
     Finding,
 )
 

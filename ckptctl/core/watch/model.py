@@ -432,34 +432,6 @@ class RerunStats:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class DataPosition:
-    """One data-position line of ``ckptctl.training`` (format: ``ckptctl.core.watch.datapos``)."""
-
-    kind: str
-    """``recorded`` (the position saved with the checkpoint of ``step``) or ``first-batch``
-    (the position of the first batch a run resumed from the checkpoint of ``step`` draws)."""
-    step: int
-    epoch: int | None
-    index: int | None
-    """Position inside the epoch, in the loader's own unit (batches or samples consumed)."""
-    digest: str | None
-    """A digest of a stateful loader's state, when it has no epoch/index."""
-    rank: int | None
-    line_no: int
-    source: str
-    """``"log"`` or ``"baseline"``."""
-
-    def same_position(self, other: DataPosition) -> bool:
-        return (self.epoch, self.index, self.digest) == (other.epoch, other.index, other.digest)
-
-    def describe(self) -> str:
-        if self.digest is not None and self.epoch is None:
-            return f"digest {self.digest}"
-        where = f"epoch {self.epoch} index {self.index}"
-        return where + (f" digest {self.digest}" if self.digest is not None else "")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
     """One problem found, with its evidence."""
 
@@ -476,6 +448,44 @@ class Finding:
             "step": self.step,
             "line": self.line_no,
             "source": self.source,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CurvePoint:
+    step: int
+    loss: float
+    lr: float | None = None
+    """The learning rate logged with the loss (None when the line has none)."""
+
+
+#: Most pre-failure points a ``LossCurve`` keeps (the baseline window, capped: a picture, not the log).
+CURVE_MAX_BEFORE = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LossCurve:
+    """The points around the resume that a picture of the verdict needs (``curve`` in the JSON).
+
+    Nothing here is computed for the picture: ``before`` are the last pre-failure points
+    (the baseline window, at most ``CURVE_MAX_BEFORE``), ``after`` the judged points after
+    the resume, and ``expected`` the level and point threshold the verdict compared each
+    judged point with (empty without a fitted baseline: self-baseline, no finite loss).
+    """
+
+    before: tuple[CurvePoint, ...]
+    after: tuple[CurvePoint, ...]
+    expected: tuple[tuple[int, float, float], ...] = ()
+    """``(step, expected level, point threshold = level + tolerance)`` per judged point."""
+
+    def to_json(self) -> dict[str, Any]:
+        def pts(points: tuple[CurvePoint, ...]) -> list[list[Any]]:
+            return [[p.step, jf(p.loss), None if p.lr is None else jf(p.lr)] for p in points]
+
+        return {
+            "before": pts(self.before),
+            "after": pts(self.after),
+            "expected": [[s, jf(e), jf(t)] for s, e, t in self.expected],
         }
 
 
@@ -515,6 +525,8 @@ class WatchReport:
     checks: Mapping[str, Any] = field(default_factory=dict)
     """RB-7's other checks: ``tokens``, ``throughput``, ``schedule``, ``loss_scale``,
     ``grad_norm`` (each with its numbers, or absent when the log does not carry it)."""
+    curve: LossCurve | None = None
+    """The points around the resume and the threshold they were judged against (None: no resume)."""
 
 
 

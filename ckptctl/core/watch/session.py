@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.context import DataPosition
 from ckptctl.core.watch.datapos import parse_data_position
 from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.losslog import AUTO, LossLogParser
-from ckptctl.core.watch.model import DataPosition, WatchConfig, WatchReport
+from ckptctl.core.watch.model import WatchConfig, WatchReport
 
 
 @dataclass(slots=True)
