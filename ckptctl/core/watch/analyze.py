@@ -76,8 +76,15 @@ What is judged
 * Lost lines: a forward step gap whose wall time (timestamps) matches the missing
   steps is lost log lines (note), not ``skipped-steps``.
 
-Precedence when several hold: nan > replayed-steps > skipped-steps >
-tokens-mismatch > schedule-reset > spike > diverged; ``continuous`` only with N
+* Re-run steps compared one by one with the run that wrote the checkpoint
+  (``replay``): the same level with an unrelated per-step pattern is
+  ``data-stream-reset``. The data-position lines of ``ckptctl.training``
+  (``datapos``): a first batch away from the recorded position is
+  ``data-position-mismatch``.
+
+Precedence when several hold (``model.VERDICTS``): nan > replayed-steps >
+skipped-steps > tokens-mismatch > data-position-mismatch > schedule-reset >
+spike > data-stream-reset > diverged; ``continuous`` only with N
 judged points (or, for a complete log, at least ``min_judged_points``) and
 nothing found; otherwise ``insufficient-data``.
 """

@@ -31,10 +31,11 @@ DATA_STREAM_RESET = "data-stream-reset"
 """The re-run steps' losses are at the same level as before the failure but their per-step
 pattern is unrelated: other batches, the data loader's position was not restored (``replay``)."""
 #: Every verdict, most severe first (the order of precedence): the trainer's own facts
-#: (steps, tokens, the data position, the schedule) before the statistics of the loss.
+#: (steps, tokens, the data position, the schedule) before the statistics of the loss; a
+#: spike (seen) before a data-stream reset (inferred from a level that held).
 VERDICTS: tuple[str, ...] = (
-    NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, DATA_POSITION_MISMATCH, SCHEDULE_RESET, DATA_STREAM_RESET,
-    SPIKE, DIVERGED, CONTINUOUS, INSUFFICIENT,
+    NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, DATA_POSITION_MISMATCH, SCHEDULE_RESET, SPIKE,
+    DATA_STREAM_RESET, DIVERGED, CONTINUOUS, INSUFFICIENT,
 )  # fmt: skip
 
 # What each verdict means for the resume, declared once (``ckptctl recover`` acts on the
