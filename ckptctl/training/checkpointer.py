@@ -45,7 +45,12 @@ from ckptctl.training._dist import Coordinator, new_cpu_group
 from ckptctl.training.commit import commit_protocol_for
 from ckptctl.training.errors import CheckpointSaveError
 from ckptctl.training.load import Loader, LoadResult, VerifyMode
-from ckptctl.training.preemption import PreemptedExit, PreemptionWatcher, signal_name
+from ckptctl.training.preemption import (
+    DEFAULT_PREEMPTION_GRACE_S,
+    PreemptedExit,
+    PreemptionWatcher,
+    signal_name,
+)
 from ckptctl.training.save import (
     SaveHandle,
     SaveJob,
@@ -106,6 +111,7 @@ class Checkpointer:
         storage_options: Mapping[str, Any] | None = None,
         on_save_phase: Callable[[str, int], None] | None = None,
         staging_threads: int | None = None,
+        preemption_grace_s: float = DEFAULT_PREEMPTION_GRACE_S,
     ) -> None:
         """
         Args:
@@ -123,6 +129,10 @@ class Checkpointer:
                 tensors, set only for the copy while training waits on it and only when the
                 state holds at least ``PARALLEL_STAGING_MIN_BYTES`` (None: this rank's share
                 of the CPUs, ``usable CPUs // LOCAL_WORLD_SIZE``, at least the current setting).
+            preemption_grace_s: further deliveries of a preemption signal within this many
+                seconds of the first are the same preemption (the save goes on); the first
+                signal again after it, or SIGINT while a preemption is pending, ends the
+                process at once (docs/training.md, "Preemption").
         """
         if save_every is not None and (isinstance(save_every, bool) or save_every < 1):
             raise ValueError(f"save_every must be >= 1 or None, got {save_every!r}")
@@ -164,7 +174,9 @@ class Checkpointer:
         )
         self._closed = False
         signals = list(preemption_signals or ())
-        self._watcher = PreemptionWatcher(signals) if signals else None
+        self._watcher = (
+            PreemptionWatcher(signals, grace_s=preemption_grace_s) if signals else None
+        )
 
     # -- properties ---------------------------------------------------------------------------------
 
@@ -253,8 +265,13 @@ class Checkpointer:
         extra: Mapping[str, Any] | None,
     ) -> SaveHandle:
         name = signal_name(signum)
+        deliveries = self._watcher.deliveries if self._watcher is not None else 0
         logger.warning(
-            "ckptctl: %s received; writing an emergency checkpoint at step %d", name, step
+            "ckptctl: %s received (%d deliveries here, one preemption); writing an emergency "
+            "checkpoint at step %d",
+            name,
+            deliveries,
+            step,
         )
         try:
             self.wait()
