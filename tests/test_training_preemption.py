@@ -10,8 +10,8 @@ gloo, CPU) and send the signals as schedulers do: SIGTERM to torchrun only;
 SIGTERM to torchrun and every worker at once (``scancel``, a pod's termination);
 SIGUSR1 to every process, torchrun ignoring it as ckptctl's Slurm batch script
 makes it (``--signal=USR1@<grace>``). The workers' exit statuses are read by
-``strace -f`` on torchrun (exits only, no system calls traced): torchrun itself,
-once signalled, reports none.
+``strace -f`` on torchrun (process ends and execs only): torchrun itself, once
+signalled, reports none.
 """
 
 from __future__ import annotations
@@ -132,7 +132,11 @@ def test_what_does_not_abort(grace_s: float, words: tuple[str, ...], expected: s
 # -- real torchrun, real signal patterns ------------------------------------------------------
 
 STRACE = shutil.which("strace")
+#: strace options that report every process's end and every execve (to tell the workers apart)
+#: and stop the tracee at nothing else.
+TRACE_EXITS = ("-f", "--seccomp-bpf", "-q", "-s", "200", "-e", "trace=execve", "-e", "signal=none")
 EXIT_RE = re.compile(r"^(?P<pid>\d+) +\+\+\+ (?:exited with (?P<code>\d+)|killed by (?P<sig>\w+))")
+EXECVE_RE = re.compile(r'^(?P<pid>\d+) +execve\("[^"]*", \[(?P<argv>.*?)\]')
 
 
 def process_ends(trace: Path) -> dict[int, str]:
@@ -145,6 +149,19 @@ def process_ends(trace: Path) -> dict[int, str]:
     return ends
 
 
+def worker_pids_in_trace(trace: Path, script: str = "train.py") -> list[int]:
+    """torchrun's workers: the processes that exec'd ``python -u <script>`` (torchrun's own
+    argv names the script too, after its options)."""
+    pids = []
+    for line in trace.read_text().splitlines():
+        m = EXECVE_RE.match(line)
+        if m:
+            argv = re.findall(r'"((?:[^"\\]|\\.)*)"', m["argv"])
+            if len(argv) >= 3 and argv[1] == "-u" and argv[2].endswith(script):
+                pids.append(int(m["pid"]))
+    return sorted(set(pids))
+
+
 def start_job(tmp_path: Path, *, ignore_usr1: bool, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path, Path]:
     root = tmp_path / "run"
     trace = tmp_path / "exits.strace"
@@ -153,7 +170,7 @@ def start_job(tmp_path: Path, *, ignore_usr1: bool, env: dict[str, str]) -> tupl
     )
     if ignore_usr1:  # what the srun task of ckptctl's Slurm batch script does (core/launch/slurm_batch.py)
         job = ["bash", "-c", 'trap "" USR1; exec "$@"', "ckptctl-task", *job]
-    argv = [str(STRACE), "-f", "--seccomp-bpf", "-q", "-e", "trace=none", "-e", "signal=none", "-o", str(trace), *job]
+    argv = [str(STRACE), *TRACE_EXITS, "-o", str(trace), *job]
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**child_env(), **env}, cwd=REPO
     )  # fmt: skip
@@ -203,6 +220,7 @@ def preempt(tmp_path: Path, sig: signal.Signals, who: str) -> None:
     assert verify.returncode == 0, describe(verify)
     assert ckptctl_cli("locate", str(root)).stdout.strip() == ckpt
     ends = process_ends(trace)
+    assert worker_pids_in_trace(trace) == sorted(workers)
     assert [ends.get(w) for w in workers] == ["exit 75", "exit 75"], (ends, err[-5000:])
     assert "forcefully exiting" not in err  # no worker needed torchrun's SIGKILL
     if who == "all" and sig == signal.SIGTERM:
