@@ -75,8 +75,10 @@ def test_a_doubly_delivered_sigterm_still_writes_the_emergency_checkpoint(tmp_pa
 WATCHER_SCRIPT = """
 import os, signal, sys, time
 from ckptctl.training.preemption import PreemptionWatcher
+# SIGINT as in an interactive Python, or ignored as in a shell script's background job
+signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[2] == "ignored" else signal.default_int_handler)
 w = PreemptionWatcher([signal.SIGTERM, signal.SIGUSR1], grace_s=float(sys.argv[1]))
-for word in sys.argv[2:]:
+for word in sys.argv[3:]:
     if word.startswith("sleep"):
         time.sleep(float(word[5:]))
         continue
@@ -90,9 +92,9 @@ print("received", w.received, "deliveries", w.deliveries, flush=True)
 """
 
 
-def run_watcher(grace_s: float, *words: str) -> subprocess.CompletedProcess[str]:
+def run_watcher(grace_s: float, *words: str, sigint: str = "default") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", WATCHER_SCRIPT, str(grace_s), *words],
+        [sys.executable, "-c", WATCHER_SCRIPT, str(grace_s), sigint, *words],
         capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
 
@@ -127,6 +129,15 @@ def test_what_does_not_abort(grace_s: float, words: tuple[str, ...], expected: s
     proc = run_watcher(grace_s, *words)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert expected in proc.stdout.splitlines(), proc.stdout
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    proc = run_watcher(30, "SIGTERM", "SIGINT", sigint="ignored")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "alive after SIGINT",
+        f"received {int(signal.SIGTERM)} deliveries 1",
+    ], proc.stdout
 
 
 # -- real torchrun, real signal patterns ------------------------------------------------------
@@ -249,6 +260,10 @@ def test_sigusr1_to_every_process_like_slurms_signal_option(tmp_path: Path) -> N
     preempt(tmp_path, signal.SIGUSR1, "all")
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_sigint_during_a_pending_preemption_aborts_without_a_checkpoint(tmp_path: Path) -> None:
     """The documented abort, end to end: SIGTERM, then SIGINT before the step boundary."""
@@ -257,6 +272,7 @@ def test_sigint_during_a_pending_preemption_aborts_without_a_checkpoint(tmp_path
         [sys.executable, str(TRAIN), "--ckpt-root", str(root), "--steps", "100000", "--save-every", "1000",
          "--step-sleep-s", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=REPO,
+        preexec_fn=default_sigint,  # as from a terminal, even when the tests run in the background
     )  # fmt: skip
     lines: list[str] = []
     try:

@@ -18,7 +18,8 @@ The signal rule (docs/training.md, "Preemption"):
 * **Abort, explicitly.** SIGINT while a preemption is pending (Ctrl-C, ``kill
   -INT``; torchrun forwards it) ends the process at once, killed by SIGINT, without
   the checkpoint. SIGINT with no preemption pending is left to the previous handler
-  (Python's ``KeyboardInterrupt``). The first preemption signal delivered again more
+  (Python's ``KeyboardInterrupt``); an ignored SIGINT (a shell's background job) stays
+  ignored. The first preemption signal delivered again more
   than ``grace_s`` after its first delivery also ends the process at once, killed
   by that signal (the save has outlasted any scheduler's grace). Another
   preemption signal late (Slurm's SIGTERM at the time limit after its SIGUSR1
@@ -117,7 +118,8 @@ class PreemptionWatcher:
             )
         for num in nums:
             self._previous[num] = signal.signal(num, self._handle)
-        if nums and int(ABORT_SIGNAL) not in nums:
+        # An ignored SIGINT stays ignored (a background job of a shell script: `cmd &`).
+        if nums and int(ABORT_SIGNAL) not in nums and signal.getsignal(ABORT_SIGNAL) != signal.SIG_IGN:
             self._previous[int(ABORT_SIGNAL)] = signal.signal(ABORT_SIGNAL, self._handle_abort)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -138,8 +140,8 @@ class PreemptionWatcher:
         previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             previous(signum, frame)  # Python's default: KeyboardInterrupt
-        elif previous != signal.SIG_IGN:
-            self._die(signum)
+        else:
+            self._die(signum)  # SIG_DFL (or None: set outside Python): what it would have done
 
     def _die(self, signum: int) -> None:
         """End the process now, killed by ``signum`` (its default action)."""
