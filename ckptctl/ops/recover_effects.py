@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from ckptctl.ops.jobs import JobRun
 
 #: The job the run root's last recovery started: ``<root>/.ckptctl/job.json`` (``ckptctl status``).
-JOB_FILE = "job.json"
 
 
 def _utc_now() -> datetime:
@@ -128,7 +127,7 @@ class RealEffects(Effects):
             )
             audit.write(self.root, record)
             self.root.storage.write_bytes(
-                audit.state_path(self.root, JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
+                audit.state_path(self.root, audit.JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
             )
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 

@@ -40,6 +40,8 @@ ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
 Outcome = Literal["done", "failed"]
 #: The ``actor`` field of records the training library writes.
 TRAINING_ACTOR = "ckptctl.training"
+#: The state file (under ``state_path``) naming the job the last recovery or launch started.
+JOB_FILE = "job.json"
 
 Clock = Callable[[], datetime]
 
