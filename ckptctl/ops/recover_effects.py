@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ckptctl.adapters.audit import current_actor
 from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan
@@ -107,7 +108,7 @@ class RealEffects(Effects):
             return None
         outcome = steps.run_drain(cmd)
         rec.report.drain.append(outcome)
-        audit.write(self.root, audit.Drain(who=audit.Who.now(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
+        audit.write(self.root, audit.Drain(who=current_actor(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
         if outcome.failure is not None:
             return f"drain failed: {shown}: {outcome.failure}"
         rec.log("drain", f"drained: {shown}")
@@ -118,7 +119,7 @@ class RealEffects(Effects):
 
         def on_submit(job_id: str, script: str | None) -> None:
             record = audit.Launch(
-                who=audit.Who.now(self.clock),
+                who=current_actor(self.clock),
                 backend=config.launch.backend,
                 job_id=job_id,
                 script=script,

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
+from ckptctl.adapters.audit import current_actor
 from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
 from ckptctl.core.launch.slurm_batch import SlurmBatch
 from ckptctl.core.recover import decisions, incidents
@@ -282,7 +283,7 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
         audit.write(
             root,
             audit.Recovery(
-                who=audit.Who.now(lambda: when),
+                who=current_actor(lambda: when),
                 outcome=report.outcome,
                 reason=report.reason,
                 report=report.report_path,
