@@ -1,11 +1,10 @@
-"""The report of ``ckptctl recover`` (``--json`` document, ``schema: ckptctl.recover/1``) and
-where it is kept: ``<root>/.ckptctl/recovery-<UTC>.json``, pointed at by the audit log.
+"""The report of ``ckptctl recover`` (``--json`` document, ``schema: ckptctl.recover/1``); it is
+kept at ``<root>/.ckptctl/recovery-<UTC>.json`` (``runroot.state``), pointed at by the audit log.
 Every section is a typed record whose ``to_json()`` gives the keys; keys are added,
 never renamed."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 from ckptctl import __version__
 from ckptctl.adapters.audit import current_actor
 from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
-from ckptctl.core.launch.slurm_batch import SlurmBatch
 from ckptctl.core.recover import decisions, incidents
 from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.state import report_target, write_report_doc
 
 if TYPE_CHECKING:
+    from ckptctl.backends.base import JobPreview, JobRun
     from ckptctl.ops.classify_result import ClassifyResult
-    from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 
 
@@ -93,16 +92,17 @@ class CapacityRecord:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchRecord:
-    """The launch recover made (or would make): the torchrun plan and, with slurm, its batch script."""
+    """The launch recover made (or would make): the torchrun plan and, when the backend renders
+    one (slurm's batch script), what it would submit, under the backend's own key."""
 
     plan: LaunchPlan
-    slurm: SlurmBatch | None = None
-    """Shown by a dry run with ``launch.backend: slurm``."""
+    preview: JobPreview | None = None
+    """Shown by a dry run whose backend renders a job (``launch.backend: slurm``)."""
 
     def to_json(self) -> dict[str, Any]:
         doc = self.plan.to_json()
-        if self.slurm is not None:
-            doc["slurm"] = self.slurm.to_json()
+        if self.preview is not None:
+            doc.update(self.preview.to_json_section())
         return doc
 
 
@@ -257,29 +257,12 @@ class RecoveryReport:
         }
 
 
-def report_target(root: RunRoot, when: datetime) -> str:
-    """``<root>/.ckptctl/recovery-<UTC stamp>.json``, ``-2``, ``-3`` ... when taken.
-
-    The stamp has one-second resolution and two recoveries can end in the same
-    second (a job-fault refusal takes well under one): a later report must never
-    overwrite an earlier one that the audit log points at. Recoveries hold the
-    run-root lock while writing, so checking before writing is enough.
-    """
-    base = audit.state_path(root, f"recovery-{when.strftime('%Y%m%dT%H%M%SZ')}")
-    target, n = f"{base}.json", 1
-    while root.storage.exists(target):
-        n += 1
-        target = f"{base}-{n}.json"
-    return target
-
-
 def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
     """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end)."""
-    storage = root.storage
     try:
         target = report_target(root, when)
-        report.report_path = storage.url(target)
-        storage.write_bytes(target, (json.dumps(report.to_json(), indent=2) + "\n").encode())
+        report.report_path = root.storage.url(target)
+        write_report_doc(root, target, report.to_json())
         audit.write(
             root,
             audit.Recovery(
