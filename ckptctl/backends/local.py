@@ -180,7 +180,7 @@ class LocalBackend:
             )
         try:
             os.kill(int(job.job_id), 0)
-            alive = True
+            alive = not _is_zombie(int(job.job_id))
         except ProcessLookupError:
             alive = False
         except PermissionError:
@@ -214,3 +214,14 @@ class LocalBackend:
 
     def usable_hosts(self) -> list[str]:
         raise LaunchError("the local backend has no scheduler to ask for usable hosts; set launch.hosts or recover.hosts_command")
+
+
+def _is_zombie(pid: int) -> bool:
+    """Exited but not yet reaped by its parent (``/proc``; False where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] == "Z"
