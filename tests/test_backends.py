@@ -22,7 +22,13 @@ from ckptctl.core.rollback.model import Who
 from ckptctl.errors import ConfigError
 from ckptctl.ops.status import job_now, run_status
 from ckptctl.runroot.root import RunRoot
-from ckptctl.runroot.state import ActiveJob, clear_active_job, read_active_job, read_job, write_active_job
+from ckptctl.runroot.state import (
+    ActiveJob,
+    clear_active_job,
+    read_active_job,
+    read_job,
+    write_active_job,
+)
 
 PROTOCOL_METHODS = ("preview", "submit", "follow", "run", "state", "cancel", "hosts_query", "usable_hosts")
 
@@ -47,7 +53,7 @@ def test_the_registry_names_each_backend_once_and_refuses_others() -> None:
         backend: JobBackend = registry.get(name)
         assert backend.name == name and all(callable(getattr(backend, m)) for m in PROTOCOL_METHODS)
     assert registry.find("kubernetes") is None and registry.find(None) is None
-    with pytest.raises(ConfigError, match="launch.backend: 'kubernetes' is not one of local, slurm") as e:
+    with pytest.raises(ConfigError, match=r"launch\.backend: 'kubernetes' is not one of local, slurm") as e:
         registry.get("kubernetes")
     assert e.value.exit_code == 2
 
