@@ -266,6 +266,7 @@ def _render(result: WatchResult) -> None:
         out.print_line(f"  note: {note}")
     if r.confidence is not None:
         out.print_line(f"  confidence: {r.confidence}")
+    out.print_loss_chart(result.to_json())
 
 
 def register(app: typer.Typer) -> None:

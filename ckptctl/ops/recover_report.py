@@ -19,7 +19,12 @@ from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
-from ckptctl.runroot.state import report_target, write_report_doc
+from ckptctl.runroot.state import (
+    report_target,
+    report_view_target,
+    write_report_doc,
+    write_report_view,
+)
 
 if TYPE_CHECKING:
     from ckptctl.backends.base import JobPreview, JobRun
@@ -201,6 +206,8 @@ class RecoveryReport:
     rollbacks: list[RollbackResult] = field(default_factory=list)
     timeline: list[TimelineEntry] = field(default_factory=list)
     report_path: str | None = None
+    report_html: str | None = None
+    """The HTML view written beside the JSON report (``ckptctl report`` of the run root then)."""
     warnings: list[str] = field(default_factory=list)
     interrupted_by: int | None = None
     """The signal that interrupted ckptctl during a relaunch (it stopped the job and the recovery)."""
@@ -245,6 +252,7 @@ class RecoveryReport:
             "rollbacks": [r.to_json() for r in self.rollbacks],
             "timeline": [t.to_json() for t in self.timeline],
             "report_path": self.report_path,
+            "report_html": self.report_html,
             "warnings": self.warnings,
             "interrupted_by": None if self.interrupted_by is None else signal_name(self.interrupted_by),
             "ckptctl_version": __version__,
@@ -258,10 +266,22 @@ class RecoveryReport:
 
 
 def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
-    """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end)."""
+    """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end),
+    then its HTML view beside it (``ckptctl report`` of the run root, this recovery included)."""
+    from ckptctl.ops import (
+        report as run_report,  # imported only to write the HTML view (jinja2/matplotlib load lazily there)
+    )
+
+    storage = root.storage
+    html_target = None
     try:
         target = report_target(root, when)
-        report.report_path = root.storage.url(target)
+        report.report_path = storage.url(target)
+        if run_report.html_available():
+            html_target = report_view_target(target)
+            report.report_html = storage.url(html_target)
+        else:
+            report.warnings.append("no HTML report written: it needs the 'report' extra (pip install 'ckptctl[report]')")
         write_report_doc(root, target, report.to_json())
         audit.write(
             root,
@@ -275,7 +295,16 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
         )
     except StorageError as e:
         report.warnings.append(f"could not write the recovery report: {e.message}")
-        report.report_path = None
+        report.report_path = report.report_html = None
+        return
+    if html_target is None:
+        return
+    try:
+        html = run_report.render_html(run_report.build_report(root, now=when))
+        write_report_view(root, html_target, html)
+    except Exception as e:  # the JSON report and the audit record are written; the view must not undo them
+        report.warnings.append(f"could not write the HTML report: {type(e).__name__}: {e}")
+        report.report_html = None
 
 
 def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:

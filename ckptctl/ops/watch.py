@@ -122,6 +122,7 @@ class WatchResult:
             "followed": self.followed,
             "timed_out": self.timed_out,
             "config": self.config.to_json(),
+            "curve": r.curve.to_json() if r.curve else None,
         }
 
 

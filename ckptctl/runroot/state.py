@@ -7,7 +7,8 @@ Everything ckptctl keeps about a run (besides its checkpoints) lives in
 | file | record | written by | read by |
 | --- | --- | --- | --- |
 | ``job.json`` | ``ActiveJob`` | ``recover`` when its job exists | ``status``; issue 20: ``recover``/``launch`` refuse while it is alive |
-| ``recovery-<UTC>.json`` | ``StoredReport`` (the ``ckptctl.recover/1`` report) | ``recover`` at its end | ``status``, ``incidents`` |
+| ``recovery-<UTC>.json`` | ``StoredReport`` (the ``ckptctl.recover/1`` report) | ``recover`` at its end | ``status``, ``incidents``, ``report`` |
+| ``recovery-<UTC>.html`` | (the report's HTML view) | ``recover`` at its end | people |
 | ``audit.jsonl``, action ``recover`` | ``RecoveryEntry`` | ``recover`` (``audit.Recovery``) | ``status``/``incidents`` (which reports), ``cadence`` (failure times) |
 
 The incident ledger is the ``incident`` record of each stored report
@@ -261,6 +262,16 @@ def report_target(root: RunRoot, when: datetime) -> str:
 def write_report_doc(root: RunRoot, target: str, doc: dict[str, Any]) -> None:
     """Write a report document at ``target`` (from ``report_target``)."""
     root.storage.write_bytes(target, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def report_view_target(target: str) -> str:
+    """The HTML view beside the report at ``target`` (``recovery-<UTC>.html``)."""
+    return target.removesuffix(".json") + ".html"
+
+
+def write_report_view(root: RunRoot, target: str, html: str) -> None:
+    """Write a report's HTML view at ``target`` (from ``report_view_target``)."""
+    root.storage.write_bytes(target, html.encode("utf-8"))
 
 
 def reports(root: RunRoot) -> list[StoredReport]:

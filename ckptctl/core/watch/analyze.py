@@ -101,6 +101,7 @@ from ckptctl.core.watch.judge import (
     describe_losses,
     describe_rerun,
     judge_losses,
+    loss_curve,
 )
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.model import (
@@ -470,4 +471,5 @@ def analyze(
         note_codes=tuple(note_codes),
         confidence=confidence,
         checks=checks,
+        curve=loss_curve(pre, judged, observed, threshold, cfg),
     )

@@ -8,15 +8,19 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ckptctl.core.watch.logtokens import LR
 from ckptctl.core.watch.model import (
     CONTINUOUS,
+    CURVE_MAX_BEFORE,
     DIVERGED,
     INSUFFICIENT,
     PROBLEMS,
     SPIKE,
     BaselineStats,
+    CurvePoint,
     Finding,
     JudgedPoint,
+    LossCurve,
     ObservedStats,
     RerunStats,
     Segment,
@@ -225,6 +229,29 @@ def decide(
     if has_baseline and loss_decided and enough:
         return CONTINUOUS, True
     return INSUFFICIENT, False
+
+
+def loss_curve(
+    pre: Sequence[TracePoint],
+    judged: Sequence[TracePoint],
+    observed: ObservedStats | None,
+    threshold: ThresholdStats | None,
+    cfg: WatchConfig,
+) -> LossCurve:
+    """The points a picture of the verdict needs, as judged (``LossCurve``)."""
+
+    def point(p: TracePoint) -> CurvePoint:
+        return CurvePoint(step=p.step, loss=p.loss, lr=p.metrics.get(LR))
+
+    expected: tuple[tuple[int, float, float], ...] = ()
+    if observed is not None and threshold is not None:
+        expected = tuple((j.step, j.expected, j.expected + threshold.tolerance) for j in observed.points)
+    keep = min(cfg.window, CURVE_MAX_BEFORE)
+    return LossCurve(
+        before=tuple(point(p) for p in pre[-keep:]),
+        after=tuple(point(p) for p in judged),
+        expected=expected,
+    )
 
 
 # -- explanation -------------------------------------------------------------------------

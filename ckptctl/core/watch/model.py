@@ -387,6 +387,44 @@ class Finding:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CurvePoint:
+    step: int
+    loss: float
+    lr: float | None = None
+    """The learning rate logged with the loss (None when the line has none)."""
+
+
+#: Most pre-failure points a ``LossCurve`` keeps (the baseline window, capped: a picture, not the log).
+CURVE_MAX_BEFORE = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LossCurve:
+    """The points around the resume that a picture of the verdict needs (``curve`` in the JSON).
+
+    Nothing here is computed for the picture: ``before`` are the last pre-failure points
+    (the baseline window, at most ``CURVE_MAX_BEFORE``), ``after`` the judged points after
+    the resume, and ``expected`` the level and point threshold the verdict compared each
+    judged point with (empty without a fitted baseline: self-baseline, no finite loss).
+    """
+
+    before: tuple[CurvePoint, ...]
+    after: tuple[CurvePoint, ...]
+    expected: tuple[tuple[int, float, float], ...] = ()
+    """``(step, expected level, point threshold = level + tolerance)`` per judged point."""
+
+    def to_json(self) -> dict[str, Any]:
+        def pts(points: tuple[CurvePoint, ...]) -> list[list[Any]]:
+            return [[p.step, jf(p.loss), None if p.lr is None else jf(p.lr)] for p in points]
+
+        return {
+            "before": pts(self.before),
+            "after": pts(self.after),
+            "expected": [[s, jf(e), jf(t)] for s, e, t in self.expected],
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class WatchReport:
     """The decision and every number behind it."""
 
@@ -422,6 +460,8 @@ class WatchReport:
     checks: Mapping[str, Any] = field(default_factory=dict)
     """RB-7's other checks: ``tokens``, ``throughput``, ``schedule``, ``loss_scale``,
     ``grad_norm`` (each with its numbers, or absent when the log does not carry it)."""
+    curve: LossCurve | None = None
+    """The points around the resume and the threshold they were judged against (None: no resume)."""
 
 
 
