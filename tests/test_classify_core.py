@@ -41,7 +41,16 @@ def test_every_catalog_example_matches_its_own_signature_first(sig_id: str, exam
     sig = BY_ID[sig_id]
     assert any(kw in example + "\n" for kw in sig.keywords), "the prefilter would never see this line"
     match = MATCHER.match_line(example + "\n")
-    assert match is not None and match.signature.id == sig_id
+    assert match is not None
+    if sig.codes and match.signature.id != sig_id:
+        # A vocabulary table lists every member of its set; a member whose lines an earlier,
+        # wording-specific entry already claims (k8s-oomkilled for "Reason: OOMKilled") must
+        # mean the same there: same category and role.
+        first = match.signature
+        assert (first.category, first.role) == (sig.category, sig.role), (first.id, sig_id)
+        assert not first.codes, "a vocabulary member is shadowed by another vocabulary"
+        return
+    assert match.signature.id == sig_id
 
 
 def test_every_cause_and_symptom_has_examples_and_keywords() -> None:
@@ -566,7 +575,8 @@ def test_infra_verdict_names_gpus_and_suspects() -> None:
     assert v.gpus == (GpuRef(host="gpu-node-17", pci_bus_id="0000:3b:00", index=None),)
     assert v.suspect_hosts == ("gpu-node-12",)
     assert v.action.startswith("Drain gpu-node-17 (GPU 0000:3b:00) and resume")
-    assert [e.signature.id for e in v.symptoms] == ["cuda-unknown-error"]
+    # CUDA's "unknown error" is a weak infra cause of its own (no drain): outweighed here
+    assert "cuda-unknown-error" in [e.signature.id for e in v.causes] and v.symptoms == ()
 
 
 def test_infra_without_a_hostname_says_how_to_find_it() -> None:

@@ -26,6 +26,7 @@ def _accuracy_module() -> Any:
     spec = importlib.util.spec_from_file_location("classify_accuracy", REPO / "bench" / "classify_accuracy.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -35,6 +36,18 @@ def test_realistic_corpus_meets_the_targets() -> None:
     s = bench.score(CORPUS, verbose=False)
     assert s["cases"] >= 60 and s["producers"] >= 15
     assert s["category_accuracy"] >= bench.TARGET_CATEGORY
+    assert s["culprit_recall"] >= bench.TARGET_CULPRIT
+    assert s["confident_on_thin"] == 0
+
+
+def test_open_world_corpus_meets_the_targets() -> None:
+    """Platforms, schedulers and fabrics the first corpora did not cover, ckptctl's own
+    preemption words and evidence spread over lines (tests/fixtures/logs_openworld/,
+    labelled before classify was run on it; first run 100% category, 13/15 culprits)."""
+    bench = _accuracy_module()
+    s = bench.score(REPO / "tests" / "fixtures" / "logs_openworld", verbose=False)
+    assert s["cases"] >= 30 and s["producers"] >= 30
+    assert s["category_accuracy"] >= 0.95
     assert s["culprit_recall"] >= bench.TARGET_CULPRIT
     assert s["confident_on_thin"] == 0
 

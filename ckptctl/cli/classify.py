@@ -140,7 +140,8 @@ def _render(result: ClassifyResult) -> None:
         console.print(f"[bold]Suspect hosts:[/] {escape(', '.join(v.suspect_hosts))}")
     if v.suspects:
         console.print("")
-        console.print("[bold]Suspects[/]")
+        stopped_only = all(sus.role == "stopped" for sus in v.suspects)
+        console.print("[bold]Stopped from outside (nothing wrong with them)[/]" if stopped_only else "[bold]Suspects[/]")
         for sus in v.suspects:
             console.print(f"  {sus.role:<13} {escape(_suspect_where(sus))}: {escape(sus.reason)}", highlight=False)
     console.print("")

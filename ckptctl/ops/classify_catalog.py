@@ -25,10 +25,10 @@ __all__ = [
 DEFAULT_CATALOG = "default.yaml"
 #: The built-in catalogs (``ckptctl/signatures/``), in precedence order: a line becomes
 #: an event of the first signature that matches it. XIDs first (the code decides);
-#: then NCCL's and the fabric's specific errors and the platforms' preemption and
-#: maintenance wordings; then the general catalog (ending with the generic Python
+#: then the fabric's, the host kernel's and NCCL's specific errors, the schedulers' and
+#: the platforms' preemption, maintenance and job-end wordings; then the general catalog (ending with the generic Python
 #: exception rule).
-BUILTIN_CATALOGS = ("xids.yaml", "nccl.yaml", "preemption.yaml", DEFAULT_CATALOG)
+BUILTIN_CATALOGS = ("xids.yaml", "fabric.yaml", "host.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG)
 
 
 def _yaml_load(text: str, source: str) -> Any:

@@ -60,6 +60,11 @@ def evidence_json(e: Event, role: str | None = None) -> dict[str, Any]:
         "pod": e.pod,
         "time": e.time,
         "cause_xid": e.cause_xid,
+        "code": e.code,
+        "program": e.program,
+        "collective": None
+        if e.seq is None and e.op is None
+        else {"pg": e.pg, "seq": e.seq, "op": e.op, "numel": e.numel},
     }
 
 
