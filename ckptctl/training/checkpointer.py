@@ -374,7 +374,13 @@ class Checkpointer:
     # -- loading -----------------------------------------------------------------------------------------
 
     def load(
-        self, path: str, state: Mapping[str, Any], *, verify: VerifyMode = "deep"
+        self,
+        path: str,
+        state: Mapping[str, Any],
+        *,
+        verify: VerifyMode = "deep",
+        allow_missing: Sequence[str] = (),
+        allow_unexpected: Sequence[str] = (),
     ) -> LoadResult:
         """Restore ``state`` from the checkpoint at ``path`` (every rank must call it).
 
@@ -382,11 +388,24 @@ class Checkpointer:
         also checks every file's CRC-32 against the manifest, spread over the
         ranks); otherwise ``IncompleteCheckpointError``. No fallback: the caller
         named this checkpoint.
+
+        Load coverage: every key the checkpoint holds must be restored and every key
+        ``state`` expects must be found, else ``LoadCoverageError`` naming them;
+        ``allow_missing``/``allow_unexpected`` (glob patterns on dotted keys such as
+        ``"model.head.*"`` or ``"optimizer"``) name the intended differences.
         """
-        return self._loader.load(path, state, verify=verify)
+        return self._loader.load(
+            path, state, verify=verify, allow_missing=allow_missing, allow_unexpected=allow_unexpected
+        )
 
     def load_latest(
-        self, state: Mapping[str, Any], *, root: str | None = None, verify: VerifyMode = "deep"
+        self,
+        state: Mapping[str, Any],
+        *,
+        root: str | None = None,
+        verify: VerifyMode = "deep",
+        allow_missing: Sequence[str] = (),
+        allow_unexpected: Sequence[str] = (),
     ) -> LoadResult | None:
         """Restore the newest checkpoint under ``root`` that verifies complete, falling back past bad ones.
 
@@ -394,5 +413,13 @@ class Checkpointer:
         start); raises ``NoCompleteCheckpointError`` when it holds some but none
         is complete (starting over would silently discard the run's progress).
         Every checkpoint passed over is logged and listed in ``LoadResult.skipped``.
+        Load coverage as for ``load``: a ``LoadCoverageError`` is raised, never passed over
+        (an older checkpoint of the same run would not match either).
         """
-        return self._loader.load_latest(state, root_url=root or self.root, verify=verify)
+        return self._loader.load_latest(
+            state,
+            root_url=root or self.root,
+            verify=verify,
+            allow_missing=allow_missing,
+            allow_unexpected=allow_unexpected,
+        )
