@@ -44,6 +44,7 @@ def crash_then_resume(tmp_path: Path, *resume_args: str) -> tuple[Path, list[tup
     return log, POS_RE.findall(text)
 
 
+@pytest.mark.slow
 def test_a_clean_resume_logs_both_positions_and_watch_finds_no_mismatch(tmp_path: Path) -> None:
     log, positions = crash_then_resume(tmp_path)
     recorded = {s: (e, i) for k, s, e, i in positions if k == "recorded"}
@@ -57,6 +58,7 @@ def test_a_clean_resume_logs_both_positions_and_watch_finds_no_mismatch(tmp_path
     assert result["checks"]["data_position"]["recorded"]["step"] == 10
 
 
+@pytest.mark.slow
 def test_a_resume_with_the_loader_reset_is_a_data_position_mismatch(tmp_path: Path) -> None:
     log, positions = crash_then_resume(tmp_path, "--reset-data-on-resume")
     first = [(s, e, i) for k, s, e, i in positions if k == "first-batch"]
