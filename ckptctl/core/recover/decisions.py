@@ -13,7 +13,7 @@ stops a resume that fails the same way twice from the same checkpoint step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -132,22 +132,35 @@ class DrainCommand:
         return {"kind": self.kind, "hosts": list(self.hosts), "argv": list(self.argv)}
 
 
+def _scontrol_drain(hosts: tuple[str, ...], reason: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """Slurm: one ``scontrol update ... State=DRAIN`` for every host at once."""
+    return ((hosts, ("scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}")),)
+
+
+def _kubectl_cordon(hosts: tuple[str, ...], reason: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """Kubernetes: ``kubectl cordon NODE``, one per host (the reason has no place there)."""
+    return tuple(((h,), ("kubectl", "cordon", h)) for h in hosts)
+
+
+#: ``recover.drain.kind`` -> the commands that take hosts out of that scheduler's pool, as
+#: ``(hosts, argv)`` pairs. ``none`` drains nothing. A new scheduler adds one entry here
+#: and its name to ``core.config.checks.DRAIN_KINDS``.
+DRAIN_METHODS: dict[str, Callable[[tuple[str, ...], str], tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]] = {
+    "slurm": _scontrol_drain,
+    "kubernetes": _kubectl_cordon,
+    "none": lambda hosts, reason: (),
+}
+
+
 def plan_drain(hosts: Sequence[str], *, kind: DrainKind | str, reason: str) -> tuple[DrainCommand, ...]:
-    """The drain step for the culprit hosts: Slurm DRAIN or Kubernetes cordon."""
+    """The drain step for the culprit hosts: Slurm DRAIN or Kubernetes cordon (``DRAIN_METHODS``)."""
     hosts = tuple(dict.fromkeys(h for h in hosts if h))
-    if not hosts or kind == "none":
+    if not hosts:
         return ()
-    if kind == "slurm":
-        return (
-            DrainCommand(
-                kind="slurm",
-                hosts=hosts,
-                argv=("scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}"),
-            ),
-        )
-    if kind == "kubernetes":
-        return tuple(DrainCommand(kind="kubernetes", hosts=(h,), argv=("kubectl", "cordon", h)) for h in hosts)
-    raise ValueError(f"unknown drain kind {kind!r} (slurm, kubernetes or none)")
+    method = DRAIN_METHODS.get(kind)
+    if method is None:
+        raise ValueError(f"unknown drain kind {kind!r} ({', '.join(DRAIN_METHODS)})")
+    return tuple(DrainCommand(kind=kind, hosts=group, argv=argv) for group, argv in method(hosts, reason))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
