@@ -312,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                 and rank == args.crash_rank
             ):
                 kill_self()
+            # After a resume, log where the first batch comes from (`ckptctl watch` checks it
+            # against the position recorded with the checkpoint: data-position-mismatch).
+            ckpt.note_first_batch(sampler)
             try:
                 x, y = next(batches)
             except StopIteration:

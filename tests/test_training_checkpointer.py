@@ -385,7 +385,9 @@ def test_object_store_commit_marker_is_the_commit() -> None:
     located = find_latest_complete(root)
     assert located.checkpoint is not None and located.checkpoint.step == 1
     target = torch.nn.Linear(8, 8)
-    result = ckpt.load_latest({"model": target})
+    # The model alone out of a model+optimizer checkpoint: the optimizer's keys are named
+    # as intended to stay behind (load coverage), else the load refuses.
+    result = ckpt.load_latest({"model": target}, allow_unexpected=("optim",))
     assert result is not None and result.step == 1
     assert torch.equal(target.weight, model.weight)
 

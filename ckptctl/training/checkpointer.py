@@ -41,6 +41,7 @@ from ckptctl.adapters.storage import STORAGE_OPTIONS_ENV, Storage
 from ckptctl.core.names import step_dir_name
 from ckptctl.core.rollback.retention import RetentionPolicy
 from ckptctl.training import _state_dict as _sd
+from ckptctl.training import datapos
 from ckptctl.training._dist import Coordinator, new_cpu_group
 from ckptctl.training.commit import commit_protocol_for
 from ckptctl.training.errors import CheckpointSaveError
@@ -173,6 +174,7 @@ class Checkpointer:
             else None
         )
         self._closed = False
+        self._resumed_step: int | None = None
         signals = list(preemption_signals or ())
         self._watcher = (
             PreemptionWatcher(signals, grace_s=preemption_grace_s) if signals else None
@@ -315,6 +317,7 @@ class Checkpointer:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
         t_start = time.perf_counter()
         self.wait()
+        datapos.log_recorded(state, step, rank=self.rank)
         final_path = Storage.join(self._root_path, step_dir_name(step))
         last = self._writer.last_committed
         if last is not None and last[0] == step:
@@ -374,7 +377,13 @@ class Checkpointer:
     # -- loading -----------------------------------------------------------------------------------------
 
     def load(
-        self, path: str, state: Mapping[str, Any], *, verify: VerifyMode = "deep"
+        self,
+        path: str,
+        state: Mapping[str, Any],
+        *,
+        verify: VerifyMode = "deep",
+        allow_missing: Sequence[str] = (),
+        allow_unexpected: Sequence[str] = (),
     ) -> LoadResult:
         """Restore ``state`` from the checkpoint at ``path`` (every rank must call it).
 
@@ -382,11 +391,26 @@ class Checkpointer:
         also checks every file's CRC-32 against the manifest, spread over the
         ranks); otherwise ``IncompleteCheckpointError``. No fallback: the caller
         named this checkpoint.
+
+        Load coverage: every key the checkpoint holds must be restored and every key
+        ``state`` expects must be found, else ``LoadCoverageError`` naming them;
+        ``allow_missing``/``allow_unexpected`` (glob patterns on dotted keys such as
+        ``"model.head.*"`` or ``"optimizer"``) name the intended differences.
         """
-        return self._loader.load(path, state, verify=verify)
+        result = self._loader.load(
+            path, state, verify=verify, allow_missing=allow_missing, allow_unexpected=allow_unexpected
+        )
+        self._resumed_step = result.step
+        return result
 
     def load_latest(
-        self, state: Mapping[str, Any], *, root: str | None = None, verify: VerifyMode = "deep"
+        self,
+        state: Mapping[str, Any],
+        *,
+        root: str | None = None,
+        verify: VerifyMode = "deep",
+        allow_missing: Sequence[str] = (),
+        allow_unexpected: Sequence[str] = (),
     ) -> LoadResult | None:
         """Restore the newest checkpoint under ``root`` that verifies complete, falling back past bad ones.
 
@@ -394,5 +418,34 @@ class Checkpointer:
         start); raises ``NoCompleteCheckpointError`` when it holds some but none
         is complete (starting over would silently discard the run's progress).
         Every checkpoint passed over is logged and listed in ``LoadResult.skipped``.
+        Load coverage as for ``load``: a ``LoadCoverageError`` is raised, never passed over
+        (an older checkpoint of the same run would not match either).
         """
-        return self._loader.load_latest(state, root_url=root or self.root, verify=verify)
+        result = self._loader.load_latest(
+            state,
+            root_url=root or self.root,
+            verify=verify,
+            allow_missing=allow_missing,
+            allow_unexpected=allow_unexpected,
+        )
+        self._resumed_step = result.step if result is not None else None
+        return result
+
+    def note_first_batch(self, source: Any) -> str | None:
+        """Log where the first batch after a resume comes from; call it just before drawing it.
+
+        ``source``: the sampler/loader (anything with ``data_position()``, e.g.
+        ``ResumableBatchSampler``) or a mapping ``{"epoch": E, "index": I}`` /
+        ``{"digest": hex}`` (optionally ``"rank"``). Logs
+        ``ckptctl: data position first-batch step=<S> ...`` once after each
+        ``load``/``load_latest`` (S: the step restored), on rank 0 unless the position
+        names a rank; returns the line, or None when there is nothing to note (no
+        resume, already noted, no position).
+        """
+        step, self._resumed_step = self._resumed_step, None
+        if step is None:
+            return None
+        text = datapos.first_batch_line(step, source)
+        if text is not None and (self.rank == 0 or " rank=" in text):
+            logger.warning("%s", text)
+        return text

@@ -27,3 +27,25 @@ class IncompleteCheckpointError(CheckpointLoadError):
 
 class NoCompleteCheckpointError(ProblemFound):
     """``load_latest`` found no complete checkpoint under the run root."""
+
+
+class LoadCoverageError(CheckpointLoadError):
+    """The checkpoint's keys and the live state's keys differ beyond the load's allowances.
+
+    ``missing``: keys the live state expects that the checkpoint does not hold (they would
+    keep their fresh values); ``unexpected``: keys the checkpoint holds that nothing
+    restores (they would be dropped silently). Both are dotted DCP key names, e.g.
+    ``optimizer.state.fc.weight.exp_avg``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        missing: tuple[str, ...] = (),
+        unexpected: tuple[str, ...] = (),
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.missing = missing
+        self.unexpected = unexpected

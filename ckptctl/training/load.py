@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, MutableMapping
+import re
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,7 +24,7 @@ from ckptctl.adapters.storage import Storage
 from ckptctl.core.verify.contract import check_manifest_checksums, check_manifest_files
 from ckptctl.core.verify.manifest import MANIFEST_NAME, Manifest, ManifestError, parse_manifest
 from ckptctl.errors import NotFoundError
-from ckptctl.training import _dcp_io
+from ckptctl.training import _dcp_io, coverage
 from ckptctl.training import _state_dict as _sd
 from ckptctl.training._dist import Coordinator
 from ckptctl.training._state_dict import PER_RANK_KEY_FMT, PROGRESS_KEY, RNG_KEY_FMT
@@ -31,6 +32,7 @@ from ckptctl.training.commit import commit_protocol_for
 from ckptctl.training.errors import (
     CheckpointLoadError,
     IncompleteCheckpointError,
+    LoadCoverageError,
     NoCompleteCheckpointError,
     UnsafeCheckpointError,
 )
@@ -59,6 +61,14 @@ class LoadResult:
     notes: tuple[str, ...] = ()
     """State that could not be restored exactly (e.g. RNG of ranks that no longer exist)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    keys_restored: int = 0
+    """Keys read from the checkpoint into the live state (this rank)."""
+    keys_total: int = 0
+    """Keys either side holds (``ckptctl: restored: <keys_restored>/<keys_total> keys``)."""
+    allowed_missing: tuple[str, ...] = ()
+    """Expected keys not in the checkpoint that an ``allow_missing`` pattern named (kept live)."""
+    allowed_unexpected: tuple[str, ...] = ()
+    """Saved keys nothing restores that an ``allow_unexpected`` pattern named."""
 
 
 class Loader:
@@ -73,17 +83,19 @@ class Loader:
         self.storage_options = dict(storage_options)
         self.save_rng = save_rng
 
-    def load(self, path: str, state: Mapping[str, Any], *, verify: VerifyMode) -> LoadResult:
+    def load(
+        self, path: str, state: Mapping[str, Any], *, verify: VerifyMode, **allow: Sequence[str]
+    ) -> LoadResult:
         problem = self.verify_for_load(path, verify)
         if problem is not None:
             raise IncompleteCheckpointError(
                 f"{path}: {problem}",
                 hint="use `ckptctl locate <root>` or load_latest() to pick a complete one",
             )
-        return self.load_verified(path, state, skipped=())
+        return self.load_verified(path, state, skipped=(), **allow)
 
     def load_latest(
-        self, state: Mapping[str, Any], *, root_url: str, verify: VerifyMode
+        self, state: Mapping[str, Any], *, root_url: str, verify: VerifyMode, **allow: Sequence[str]
     ) -> LoadResult | None:
         from ckptctl.runroot.locate import find_latest_complete
         from ckptctl.runroot.reports import CheckOptions
@@ -143,8 +155,8 @@ class Loader:
             problem = self.verify_for_load(path, verify, quick_done=True)
             if problem is None:
                 try:
-                    return self.load_verified(path, state, skipped=tuple(skipped))
-                except _sd.StateMismatch:
+                    return self.load_verified(path, state, skipped=tuple(skipped), **allow)
+                except (_sd.StateMismatch, LoadCoverageError):
                     raise
                 except (CheckpointLoadError, UnsafeCheckpointError) as e:
                     problem = e.message
@@ -247,7 +259,13 @@ class Loader:
     # -- restoring --------------------------------------------------------------------------------------
 
     def load_verified(
-        self, path: str, state: Mapping[str, Any], *, skipped: tuple[str, ...]
+        self,
+        path: str,
+        state: Mapping[str, Any],
+        *,
+        skipped: tuple[str, ...],
+        allow_missing: Sequence[str] = (),
+        allow_unexpected: Sequence[str] = (),
     ) -> LoadResult:
         storage, cpath = Storage.for_url(path)
         manifest: Manifest | None = None
@@ -283,25 +301,30 @@ class Loader:
             # Plain values come back as saved, whatever the caller passed as a placeholder.
             if key in saved_keys:
                 template[key] = _sd.template_from_metadata(metadata, key)
-        missing = sorted(
-            k for k in template if k not in saved_keys and not _sd.is_empty_state(template[k])
-        )
-        for key in [k for k in template if k not in saved_keys]:
+        for key in [k for k in template if k not in saved_keys and _sd.is_empty_state(template[k])]:
             del template[key]  # empty containers: DCP saved nothing for them
-        if missing:
-            raise _sd.StateMismatch(
-                f"{path}: the checkpoint has no {', '.join(repr(k) for k in missing)} "
-                f"(it holds {', '.join(sorted(saved_keys))})",
-                hint="the state dict passed to load must name the same entries as the one saved",
-            )
-        _sd.check_shapes(template, metadata, path)
+        expected, _ = coverage.flat_keys(template)
+        cov = coverage.compare(
+            expected,
+            coverage.saved_keys(metadata),
+            allow_missing=allow_missing,
+            allow_unexpected=allow_unexpected,
+            not_mine=self._other_ranks_keys(split),
+        )
+        coverage.raise_if_uncovered(cov, path)
+        to_load, mappings = (
+            coverage.without(template, cov.allowed_missing)
+            if cov.allowed_missing
+            else (template, {})
+        )
+        _sd.check_shapes(to_load, metadata, path)
 
         try:
             protocol = commit_protocol_for(storage, Storage.parent(cpath), self.storage_options)
             reader = protocol.make_reader(cpath, metadata)
             with _dcp_io.quiet_no_dist():
                 dcp.load(
-                    template,
+                    to_load,
                     storage_reader=reader,
                     planner=_dcp_io.SafeLoadPlanner(),
                     process_group=self.coord.group,
@@ -320,6 +343,8 @@ class Loader:
                 f"{path}: load failed: {type(inner).__name__}: {first_line}"
             ) from (inner if isinstance(inner, Exception) else None)
 
+        if to_load is not template:
+            coverage.write_back(template, to_load, mappings)
         self._apply(split, template, state)
         progress = template.get(PROGRESS_KEY) or {}
         rng = template.get(RNG_KEY_FMT.format(rank=self.rank))
@@ -328,6 +353,8 @@ class Loader:
         for note in notes:
             logger.warning("ckptctl: %s", note)
         step = int(progress.get("step", manifest.step if manifest else 0))
+        if self.rank == 0:
+            logger.warning("%s", cov.line(step))
         return LoadResult(
             path=path,
             step=step,
@@ -338,7 +365,17 @@ class Loader:
             skipped=skipped,
             notes=tuple(notes),
             extra=dict(manifest.extra) if manifest else {},
+            keys_restored=len(cov.restored),
+            keys_total=cov.total,
+            allowed_missing=cov.allowed_missing,
+            allowed_unexpected=cov.allowed_unexpected,
         )
+
+    def _other_ranks_keys(self, split: _sd.Split) -> re.Pattern[str]:
+        """Saved keys of other ranks' RNG and per-rank entries (each rank restores its own)."""
+        heads = [re.escape(RNG_KEY_FMT.format(rank="")) ]
+        heads += [re.escape(PER_RANK_KEY_FMT.format(key=k, rank="")) for k in split.per_rank]
+        return re.compile(rf"(?:{'|'.join(heads)})\d+(?:\.|$)")
 
     def _apply(self, split: _sd.Split, loaded: dict[str, Any], state: Mapping[str, Any]) -> None:
         if split.model is not None:
@@ -354,7 +391,8 @@ class Loader:
             else:
                 set_model_state_dict(split.model, loaded[str(split.model_key)])
         for key, obj in split.stateful.items():
-            obj.load_state_dict(loaded[key])
+            if key in loaded:  # absent: allowed missing, left as is
+                obj.load_state_dict(loaded[key])
         for key, wrapped in split.per_rank.items():
             per_key = PER_RANK_KEY_FMT.format(key=key, rank=self.rank)
             if per_key in loaded:

@@ -221,6 +221,12 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.epoch += 1
         self.batches_done = 0
 
+    def data_position(self) -> dict[str, int]:
+        """Where the next batch comes from: ``epoch`` and ``index`` (global batches consumed in it)."""
+        if self.batches_done >= self.batches_per_epoch:
+            return {"epoch": self.epoch + 1, "index": 0}
+        return {"epoch": self.epoch, "index": self.batches_done}
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
