@@ -18,8 +18,9 @@ from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
 from ckptctl.core.recover import decisions, incidents
 from ckptctl.core.recover.ledger import last_logged_step
 from ckptctl.core.recover.plan import RecoveryPlan
-from ckptctl.errors import StorageError
+from ckptctl.errors import CkptctlError, StorageError
 from ckptctl.runroot import audit
+from ckptctl.runroot.inspect import scan_root
 from ckptctl.runroot.root import RunRoot
 from ckptctl.runroot.state import (
     report_target,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from ckptctl.backends.base import JobPreview, JobRun
     from ckptctl.ops.classify_result import ClassifyResult
     from ckptctl.ops.rollback import RollbackResult
-    from ckptctl.runroot.reports import LocateResult
 
 
 def iso(t: datetime) -> str:
@@ -226,12 +226,16 @@ class RecoveryReport:
     """The newest step among the checkpoint directories the failed run left (its first listing:
     a save in progress counts, quarantined ones do not): evidence of how far it got."""
 
-    def note_listing(self, found: LocateResult) -> None:
-        """Keep what the first listing (before any attempt) says about the failed run's reach."""
+    def note_listing(self, root: RunRoot) -> None:
+        """Before the first attempt: how far the failed run got, from the checkpoint directories it
+        left (a save in progress included; a quarantined one is not its work)."""
         if self.attempts or self.reached_step is not None:
             return
-        reports = [*found.skipped, *([found.checkpoint] if found.checkpoint is not None else [])]
-        steps = [r.step for r in reports if r.step is not None and not r.is_quarantined]
+        try:
+            scan = scan_root(root.storage, root.path)
+        except CkptctlError:
+            return
+        steps = [cn.step for cn, _e in scan.candidates if not cn.is_quarantined]
         self.reached_step = max(steps) if steps else None
 
     def last_job(self) -> dict[str, Any] | None:
