@@ -27,7 +27,7 @@ import yaml
 from tests.conftest import free_port
 from tests.scripts.resume_job import baseline_lines
 from tests.slurm_cluster import SlurmCluster, unavailable_reason
-from tests.test_recover import CKPTCTL, RESUME_JOB, TRAIN, _env
+from tests.test_recover import CKPTCTL, PREEMPTED, RESUME_JOB, TRAIN, _env
 
 pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
@@ -223,3 +223,52 @@ def ckptctl_json(cluster: SlurmCluster, *args: str, cwd: Path | None = None, tim
     except json.JSONDecodeError as e:
         raise AssertionError(f"{e}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}") from e
     return proc.returncode, doc, proc.stderr
+
+
+def test_recover_then_requeue_the_ledger_and_status_see_the_restart(
+    tmp_path: Path, golden: dict[int, Path], cluster: SlurmCluster
+) -> None:
+    """`recover` resumes from step_30 under Slurm (the watch says continuous; the job runs on and
+    saves step_40); `scontrol requeue` restarts it: from step_40, in the same output. `status`
+    no longer calls the job verified (nothing watched that resume), and `incidents` has the
+    restart as an incident of its own, with the steps it recomputes."""
+    root, cfg = scene(tmp_path, golden, cluster)
+    (tmp_path / "slurm-4412937.out").write_text(PREEMPTED)
+    code, doc, err = ckptctl_json(cluster, "recover", "--config", str(cfg), "--logs", "slurm-4412937.out",
+                                  "--baseline", "baseline.log", cwd=tmp_path)
+    assert code == 0 and doc["outcome"] == "recovered", err[-4000:]
+    (att,) = doc["attempts"]
+    job, out = att["job"]["job_id"], Path(att["log"])
+    try:
+        assert att["still_running"] is True and att["checkpoint_step"] == 30
+        deadline = time.monotonic() + 420
+        wait_for("step_40 and step 44", lambda: (root / "step_40").is_dir() and "ckptctl-train step=44 " in read(out),
+                 deadline, lambda: read(out))
+        _, st, _ = ckptctl_json(cluster, "status", str(root))
+        assert st["job"]["verified"]["state"] == "verified" and st["job"]["verified"]["restarts"] == 0
+        first_run = read(out)
+        cluster.run("scontrol", "requeue", job)
+        wait_for("the requeue", lambda: job_state(cluster, job) in ("PENDING", "REQUEUED"), deadline, lambda: read(out))
+        newest = locate(root)
+        assert newest == str(root / "step_40")
+        wait_for("the resumed run", lambda: f"ckptctl-train resumed from={newest} step=40" in read(out), deadline,
+                 lambda: read(out))
+        text = read(out)
+        _, st, _ = ckptctl_json(cluster, "status", str(root))
+        _, ledger, _ = ckptctl_json(cluster, "incidents", str(root))
+    finally:
+        cluster.run("scancel", job, check=False)
+    assert text.startswith(first_run), "the requeue appended; the first run's log is whole"
+    starts = [(m.group(1), m.group(2), m.group(3)) for m in START_LINE.finditer(text)]
+    assert starts == [(job, "0", str(root / "step_30")), (job, "1", newest)]
+    # status: the verdict was about the resume from step_30; the restart from step_40 is unwatched
+    verified = st["job"]["verified"]
+    assert verified["state"] == "not-verified" and verified["restarts"] == 1 and verified["verdict"] == "continuous"
+    assert "the scheduler restarted it since (restart 1" in verified["reason"]
+    # the ledger: the preemption recover handled, then the requeue
+    assert [r["outcome"] for r in ledger["incidents"]] == ["recovered", "requeued"]
+    requeue = ledger["incidents"][1]
+    assert requeue["source"] == "job-output" and requeue["job_id"] == job and requeue["checkpoint_step"] == 40
+    last_before = max(int(m) for m in re.findall(r"^ckptctl-train step=(\d+) ", first_run, re.M))
+    assert requeue["crash_step"] >= last_before >= 44
+    assert requeue["steps_recomputed"] == requeue["crash_step"] - 40
