@@ -176,3 +176,39 @@ def test_cadence_and_incidents_share_the_mtbf() -> None:
     cad = plan_cadence(cks, failure_times_s=[f.timestamp() for f in failures], span_s=span)
     inc = summarize(incidents, checkpoint_span_s=span)
     assert cad.mtbf_s == inc["mtbf_s"] == 4 * 3600.0 and cad.mtbf_source == "ledger"
+
+
+# -- the watch sees a restart as a resume of its own ---------------------------------------------------
+
+
+def _restarted_log(restart_from: int, first_after: int) -> list[str]:
+    from tests.scripts.resume_job import curve_loss, loss_line
+
+    lines = [
+        "ckptctl: job start job_id=5 restart=0 time=2026-11-21T03:00:00Z resuming from checkpoint=/r/step_30",
+        "ckptctl-train resumed from=/r/step_30 step=30 world_size=2 saved_world_size=2",
+        *(loss_line(s, curve_loss(s)) for s in range(31, 37)),
+        f"ckptctl: job start job_id=5 restart=1 time=2026-11-21T03:05:00Z resuming from checkpoint=/r/step_{restart_from}",
+        *(loss_line(s, curve_loss(s)) for s in range(first_after, first_after + 12)),
+    ]
+    return lines
+
+
+def test_a_requeue_inside_the_watched_run_is_a_resume_not_a_replay(tmp_path: pytest.TempPathFactory) -> None:
+    """Requeued after step 36, the job resumed from step_35 (its own save) and went on at 36: the
+    step counter goes back, but after a restore line naming the step it continues from. Before
+    the restart was read as one, this was ``replayed-steps`` (and recover quarantined)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    d = Path(str(tmp_path))
+    (d / "base.log").write_text("\n".join(baseline_lines(35)) + "\n")
+    (d / "job.log").write_text("\n".join(_restarted_log(35, 36)) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptctl", "watch", str(d / "job.log"), "--baseline", str(d / "base.log"),
+         "--resume-step", "30", "--steps", "10", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert json.loads(proc.stdout)["verdict"] == "continuous", proc.stdout[-2000:]

@@ -286,6 +286,7 @@ def summarize(
                 "job_id": inc.job_id,
                 "source": inc.source,
                 "note": inc.note,
+                "record": inc.to_json(),
             }
         )
         for h in inc.drained_hosts:
