@@ -77,8 +77,10 @@ def test_a_requeued_job_resumes_from_the_newest_complete_checkpoint_and_keeps_th
     tmp_path: Path, cluster: SlurmCluster
 ) -> None:
     """examples/train.py (real DCP saves every 4 steps) under the batch script; requeued after
-    its second save: the restart locates the newest complete checkpoint and resumes there,
-    and the output file holds both runs."""
+    its second save. ``scontrol requeue`` ends the run as ``scancel`` does (SIGTERM to every
+    process of the job): the trainer writes its emergency checkpoint at the step reached and
+    exits 75 (issue 21 point 1); the restart locates the newest complete checkpoint (that
+    one) and resumes there, and the output file holds both runs."""
     from ckptctl.adapters import slurm
     from ckptctl.backends.slurm import CKPTCTL_ARGV
     from ckptctl.core.config.schema import CkptctlConfig, LaunchConfig, SlurmConfig
@@ -129,11 +131,16 @@ def test_a_requeued_job_resumes_from_the_newest_complete_checkpoint_and_keeps_th
     (restart,) = restarted
     assert restart.group(3) == newest, (restart.group(0), newest)
     step = int(Path(newest).name.removeprefix("step_"))
+    before = text.split(restart.group(0))[0]
     assert step >= 8
+    # the emergency checkpoint of the requeued run is the newest: at the last step it completed
+    m = re.search(r"^ckptctl-train preempted signal=SIGTERM step=(\d+) checkpoint=(\S+) exit_code=75$", before, re.M)
+    assert m and m.group(2) == newest and int(m.group(1)) == step, before[-3000:]
+    assert max(int(x) for x in re.findall(r"^ckptctl-train step=(\d+) ", before, re.M)) == step
     assert f"ckptctl-train resumed from={newest} step={step} " in text
     # nothing truncated: the first run's output is still there, whole, before the restart
     assert text.startswith(first_run) and text.index(first_run) < text.index(restart.group(0))
-    assert "ckptctl-train step=1 " in text.split(restart.group(0))[0]
+    assert "ckptctl-train step=1 " in before
     resumed = text.split(restart.group(0))[1]
     assert re.search(rf"^ckptctl-train step={step + 1} ", resumed, re.M), resumed[-3000:]
 
