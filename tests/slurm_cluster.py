@@ -73,7 +73,11 @@ class SlurmCluster:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, timeout=60, check=check)
 
     @classmethod
-    def start(cls, base: Path, *, nodes: tuple[str, ...] = ("n1", "n2"), timeout_s: float = 60) -> SlurmCluster:
+    def start(
+        cls, base: Path, *, nodes: tuple[str, ...] = ("n1", "n2"), timeout_s: float = 60, cred_expire_s: int | None = None
+    ) -> SlurmCluster:
+        """``cred_expire_s``: ``AuthInfo=cred_expire`` (Slurm's default 120 s): also how long a
+        requeued job waits before it may start again, so the requeue tests shorten it."""
         base.mkdir(parents=True, exist_ok=True)
         for sub in ("state", "spool", "log", "run"):
             (base / sub).mkdir(exist_ok=True)
@@ -91,6 +95,7 @@ class SlurmCluster:
                     "SlurmdUser=root",
                     f"SlurmctldPort={_free_port()}",
                     "AuthType=auth/munge",
+                    *([f"AuthInfo=cred_expire={cred_expire_s}"] if cred_expire_s is not None else []),
                     f"StateSaveLocation={base / 'state'}",
                     f"SlurmdSpoolDir={base / 'spool' / '%n'}",
                     f"SlurmctldPidFile={base / 'run' / 'slurmctld.pid'}",

@@ -137,8 +137,15 @@ def test_cadence_of_a_run_root(tmp_path: Path, manifests: bool) -> None:
     assert doc["save_cost_source"] == ("manifest" if manifests else "file-times")
     assert doc["save_cost_s"] == pytest.approx(30.0 if manifests else 40.0)
     assert doc["interval_s"] == pytest.approx(1800.0)
-    # two recoveries over the span from the first checkpoint to the last event
-    assert doc["mtbf_source"] == "audit" and doc["num_failures"] == 2
+    # two recoveries (their reports are gone: the audit records still count) over the span from
+    # the first checkpoint to the newest one: 2 h / 2
+    assert doc["mtbf_source"] == "ledger" and doc["num_failures"] == 2
+    assert doc["mtbf_s"] == pytest.approx(4 * 1800.0 / 2)
+    # one definition: `ckptctl incidents` says the same MTBF of the same run root
+    out.reset()
+    ledger = json.loads(runner.invoke(app, ["incidents", str(tmp_path), "--json"], catch_exceptions=False).stdout)
+    assert ledger["num_incidents"] == 2 and ledger["mtbf_s"] == pytest.approx(doc["mtbf_s"])
+    assert {r["source"] for r in ledger["incidents"]} == {"audit"}
     assert doc["optimal_interval_s"] == pytest.approx(math.sqrt(2 * doc["save_cost_s"] * doc["mtbf_s"]))
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # read-only
 

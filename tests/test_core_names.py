@@ -48,3 +48,13 @@ def test_stamps_and_the_state_dir() -> None:
     assert names.stamp_of(q) == "20261121T031200Z-2" and names.unquarantine_name(q) == "step_30"
     assert names.stamp_of("step_30") == "" and names.unquarantine_name("step_30") is None
     assert names.parse_checkpoint_name(names.STATE_DIR_NAME) is None
+
+
+def test_rollback_stamps_and_superseded_names() -> None:
+    q = names.quarantine_name("step_30", "20261121T031200Z")
+    assert names.rollback_stamp(q) == ("20261121T031200Z", 1) and not names.is_superseded(q)
+    assert names.rollback_stamp(names.quarantine_name("step_30", "20261121T031200Z-12")) == ("20261121T031200Z", 12)
+    s = names.superseded_name("step_30", "ab12cd34")
+    assert names.rollback_stamp(s) is None and names.is_superseded(s)
+    for other in ("step_30", "step_30.tmp-ab12", "step_30.quarantined-yesterday"):
+        assert names.rollback_stamp(other) is None and not names.is_superseded(other)

@@ -86,9 +86,14 @@ def test_slurm_batch_script() -> None:
         "export NCCL_DEBUG=WARN", "export CKPTCTL_PREEMPTION_SIGNALS=USR1",
     ):
         assert want in lines, want
+    assert "#SBATCH --open-mode=append" in lines  # a requeue appends: no log truncated
     srun = lines[-1]
     assert srun.startswith("srun --kill-on-bad-exit=1 bash -c 'trap \"\" USR1; exec \"$@\"' ckptctl-task ")
-    assert srun.endswith("train.py --ckpt-root /ckpt/run --resume-from /ckpt/run/step_40")
+    # the checkpoint is resolved at each start: recover's verified one first, `ckptctl locate` on a restart
+    assert srun.endswith("train.py --ckpt-root /ckpt/run \"${ckptctl_resume[@]}\"")
+    assert "ckptctl_resume=(--resume-from /ckpt/run/step_40)  # verified by recover" in lines
+    assert '  if ckptctl_found=$(ckptctl locate /ckpt/run); then' in lines
+    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then' in lines and "    exit 3" in lines
     assert b.sbatch_argv == ("sbatch", "--parsable", "--output=/logs/slurm-ckptctl-%j.out")
     assert b.output_path("77") == "/logs/slurm-ckptctl-77.out"
     # an srun launcher prefix is not doubled: the script runs srun itself
@@ -129,7 +134,10 @@ def test_summary_goodput_mtbf_and_rma_candidates() -> None:
     assert s["num_incidents"] == 3
     assert [r["goodput_s"] for r in s["incidents"]] == [3600.0, 7200.0 - 300, 10800.0 - 600]
     assert s["badput_s"] == 1200.0 and s["steps_recomputed"] == 54
-    assert s["mtbf_s"] == 9000.0  # (120 min + 180 min) / 2
+    # one definition (observed_mtbf): the observed span (run start .. last failure: 6 h) / 3 failures
+    assert s["mtbf_s"] == 7200.0 and s["mtbf_failures"] == 3
+    # without a run start the first failure opens the span: the mean gap, (120 min + 180 min) / 2
+    assert summarize_incidents(recs)["mtbf_s"] == 9000.0
     assert s["mttr_s"] == 400.0
     assert s["rma_candidates"] == ["gpu-2"]
     host = {h["host"]: h for h in s["hosts"]}

@@ -214,7 +214,10 @@ def test_status_and_incidents_read_the_recoveries_and_write_nothing(tmp_path: Pa
     inc = subprocess.run([CKPTCTL, "incidents", str(s.root), "--json"], capture_output=True, text=True, env=_env(), timeout=60)
     ledger = json.loads(inc.stdout)
     assert ledger["num_incidents"] == 1 and ledger["incidents"][0]["category"] == "job"
-    assert ledger["incidents"][0]["outcome"] == "stopped" and ledger["mtbf_s"] is None
+    assert ledger["incidents"][0]["outcome"] == "stopped" and ledger["mtbf_failures"] == 1
+    # one failure since the oldest checkpoint: the MTBF `cadence` says too (one definition)
+    cad = subprocess.run([CKPTCTL, "cadence", str(s.root), "--json"], capture_output=True, text=True, env=_env(), timeout=60)
+    assert json.loads(cad.stdout)["mtbf_s"] == ledger["mtbf_s"] is not None
     human = subprocess.run([CKPTCTL, "incidents", str(s.root)], capture_output=True, text=True, env=_env(), timeout=60)
     assert human.returncode == 0 and "INCIDENTS" in human.stdout and "job -> stopped" in human.stdout
     assert snapshot(s.root) == before, "status and incidents are read-only"

@@ -570,3 +570,60 @@ def test_s3_cli_concurrent_rollbacks_and_undo(
     assert undo.stdout == f"{url}/step_30\n"
     assert [r["action"] for r in ops.read_audit(url).records] == ["quarantine", "restore"]
     assert _s3_files(s3_server, f"{s3_bucket}/run") == original
+
+
+# -- undo and a directory training superseded ---------------------------------------------------------
+
+SAVE_AGAIN = """
+import sys, torch
+from ckptctl.training import Checkpointer
+model = torch.nn.Linear(3, 3)
+optim = torch.optim.SGD(model.parameters(), lr=0.1)
+ckpt = Checkpointer(sys.argv[1], preemption_signals=None)
+ckpt.save(int(sys.argv[2]), {"model": model, "optim": optim})
+ckpt.close()
+"""
+
+
+def test_undo_restores_rollbacks_own_quarantine_never_a_superseded_directory(run_root: Path) -> None:
+    """A resumed run saved step 30 again (the training library moved the old step_30 aside to
+    ``step_30.quarantined-superseded-*``); rollback then quarantined the new step_30. ``--undo``
+    must bring back that new step_30, not the older copy training replaced, although the
+    superseded name sorts after every rollback stamp."""
+    pytest.importorskip("torch")
+    env = cli_env({"PYTHONWARNINGS": "ignore"})
+    saved = subprocess.run([sys.executable, "-c", SAVE_AGAIN, str(run_root), "30"], capture_output=True,
+                           text=True, env=env, timeout=180)
+    assert saved.returncode == 0, saved.stderr[-3000:]
+    [superseded] = [p.name for p in run_root.iterdir() if p.name.startswith("step_30.quarantined-superseded-")]
+    new_step_30 = snapshot(run_root / "step_30")
+    old_step_30 = snapshot(run_root / superseded)
+    assert new_step_30 != old_step_30
+    listed = subprocess.run([CKPTCTL, "list", str(run_root), "--json"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    [row] = [r for r in json.loads(listed.stdout)["checkpoints"] if r["name"] == superseded]
+    assert "never restores it" in " ".join(p["message"] for p in row["problem_details"])
+
+    rb = subprocess.run([CKPTCTL, "rollback", str(run_root), "--reason", "spike"], capture_output=True, text=True,
+                        env=env, timeout=120)
+    assert rb.returncode == 0 and rb.stdout.strip() == str(run_root / "step_20"), rb.stderr
+    [ours] = [n for n in quarantined(run_root) if n != superseded]
+    undo = subprocess.run([CKPTCTL, "rollback", "--undo", str(run_root), "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert undo.returncode == 0, undo.stderr
+    doc = json.loads(undo.stdout)
+    assert (doc["plan"]["source"]["name"], doc["plan"]["destination"]["name"]) == (ours, "step_30")
+    assert snapshot(run_root / "step_30") == new_step_30, "the newer save came back"
+    assert snapshot(run_root / superseded) == old_step_30, "the superseded copy was not touched"
+    assert located(run_root) == "step_30"
+
+    # nothing of rollback's own left: undo refuses, names the superseded copy, never advises restoring it
+    before = snapshot(run_root)
+    for extra in ([], ["--step", "30"]):
+        again = subprocess.run([CKPTCTL, "rollback", "--undo", *extra, str(run_root)], capture_output=True, text=True,
+                               env=env, timeout=120)
+        assert again.returncode == 3 and again.stdout == "", again.stderr
+        assert "nothing to undo" in again.stderr and superseded in again.stderr
+        assert "undo never restores it" in again.stderr and "by hand" not in again.stderr
+    assert snapshot(run_root) == before
+    assert [r["action"] for r in audit_records(run_root)] == ["supersede", "quarantine", "restore"]

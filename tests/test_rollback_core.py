@@ -327,3 +327,50 @@ def test_undo_refuses_when_a_quarantined_candidate_vanished() -> None:
     # one at another step does not matter to an undo --step
     ok = undo(spec, step=30, vanished=cands("step_40.quarantined-20261121T031000Z"))
     assert isinstance(ok, RollbackPlan) and ok.destination == "step_30"
+
+
+# -- undo restores rollback's own quarantines, never a directory training superseded -------------
+
+SUPERSEDED = "step_30.quarantined-superseded-ab12cd34"
+
+
+def test_undo_skips_a_directory_training_superseded() -> None:
+    """``superseded-...`` sorts after every UTC stamp as text: it must still never be picked."""
+    p = undo(f"step_30:complete {SUPERSEDED}:complete step_20.quarantined-20261121T010000Z:complete step_10:complete")
+    assert isinstance(p, RollbackPlan), p
+    assert (p.source, p.destination) == ("step_20.quarantined-20261121T010000Z", "step_20")
+    # with the live step_30 quarantined by rollback, undo restores that one, not the older copy
+    p = undo(f"step_30.quarantined-20261121T020000Z:complete {SUPERSEDED}:complete step_20:complete")
+    assert isinstance(p, RollbackPlan), p
+    assert (p.source, p.destination) == ("step_30.quarantined-20261121T020000Z", "step_30")
+    p = undo(f"step_30.quarantined-20261121T020000Z:complete {SUPERSEDED}:complete step_20:complete", step=30)
+    assert isinstance(p, RollbackPlan) and p.source == "step_30.quarantined-20261121T020000Z"
+
+
+def test_undo_with_only_a_superseded_directory_refuses_and_never_advises_restoring_it() -> None:
+    for step in (None, 30):
+        r = undo(f"step_30:complete {SUPERSEDED}:complete step_20:complete", step=step)
+        assert isinstance(r, Refusal) and r.code == NOTHING_TO_UNDO
+        assert SUPERSEDED in r.message and "never restores it" in r.message
+        assert "by hand" not in r.hint and "restore" not in r.hint.lower()
+
+
+def test_undo_name_taken_keeps_the_newer_save() -> None:
+    r = undo("step_30.quarantined-20261121T010000Z:complete step_30:complete step_20:complete")
+    assert isinstance(r, Refusal) and r.code == NAME_TAKEN
+    assert "keep it" in r.hint and "by hand" not in r.hint and "aside" not in r.hint
+
+
+def test_undo_order_of_same_second_quarantines_is_numeric() -> None:
+    """``-10`` is a later quarantine than ``-2`` although it sorts first as text."""
+    p = undo(
+        "step_30.quarantined-20261121T010000Z-2:complete step_20.quarantined-20261121T010000Z-10:complete "
+        "step_10:complete"
+    )
+    assert isinstance(p, RollbackPlan) and p.source == "step_20.quarantined-20261121T010000Z-10"
+
+
+def test_rollback_does_not_call_a_superseded_directory_an_earlier_quarantine() -> None:
+    p = plan(f"step_30:complete {SUPERSEDED}:complete step_20:complete")
+    assert isinstance(p, RollbackPlan) and p.source == "step_30"
+    assert not any("quarantined before" in n for n in p.notes)

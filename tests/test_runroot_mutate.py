@@ -34,7 +34,7 @@ SCHEMA = {
     "supersede": [
         "time", "user", "host", "pid", "action", "from", "to", "step", "reason", "ckptctl_version", "root", "actor",
     ],
-    "drain": ["time", "user", "host", "pid", "action", "argv", "ok", "ckptctl_version"],
+    "drain": ["time", "user", "host", "pid", "action", "argv", "ok", "ckptctl_version", "hosts"],
     "launch": [
         "time", "user", "host", "pid", "action", "backend", "job_id", "script", "detached", "started",
         "resume_from", "log", "ckptctl_version",

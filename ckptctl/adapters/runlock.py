@@ -229,6 +229,15 @@ def _is_stale(holder: LockInfo, host: str) -> bool:
     return False
 
 
+def holder_gone(holder: LockInfo) -> bool | None:
+    """Is the holder provably gone (True), still running (False), or unknowable from here (None:
+    it ran on another host)? ``status`` and the ledger ask; nothing is removed here."""
+    host = current_actor().host
+    if holder.host != host or holder.pid <= 0:
+        return None
+    return _is_stale(holder, host)
+
+
 def _held_error(storage: Storage, path: str, holder: LockInfo | None, raw: bytes | None) -> LockHeldError:
     url = storage.url(path)
     rm = f"rm {url}" if storage.is_local else f"delete the object {url}"

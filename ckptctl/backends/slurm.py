@@ -5,7 +5,9 @@ written next to the job logs and submitted with ``sbatch --parsable``. ``follow`
 the job's output file and returns when the watch decides (the job runs on under Slurm),
 or when the job ends. A bad verdict cancels the job (``scancel``: SIGTERM, so the trainer
 writes its emergency checkpoint) and waits for it to end, so every checkpoint it wrote
-exists before the quarantine. ``state``: ``squeue``/``scontrol``/``sacct``
+exists before the quarantine. A requeued job (``--requeue``) restarts under the same id and
+appends to the same output file; ``follow`` keeps reading it (the restart's
+``JOB_START_TAG`` line is a restore marker for the watch). ``state``: ``squeue``/``scontrol``/``sacct``
 (``adapters.slurm.job_state``); ``usable_hosts``: ``sinfo``.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -40,8 +43,13 @@ SCHEDULING_GRACE_S = 60.0
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
 
+#: How the job's host runs this very ckptctl (a restart's ``locate``): the running interpreter,
+#: by absolute path, so the job never finds another ckptctl (or none) on its PATH.
+CKPTCTL_ARGV = (os.path.abspath(sys.executable), "-m", "ckptctl")
+
+
 def render_batch(config: CkptctlConfig, plan: LaunchPlan) -> SlurmBatch:
-    return plan_slurm_batch(config, plan, log_dir=os.path.abspath(plan.log_dir))
+    return plan_slurm_batch(config, plan, log_dir=os.path.abspath(plan.log_dir), ckptctl_argv=CKPTCTL_ARGV)
 
 
 def phase_of(state: slurm.JobState) -> JobPhase:
@@ -110,11 +118,16 @@ class SlurmBackend:
         cancel_deadline: float | None = None
         state = slurm.job_state(job_id)
         last_look = time.monotonic()
+        # A job that ran and was requeued waits again (Slurm holds a requeued job for a while
+        # before it may start): that wait is the scheduler's restart, not missing capacity.
+        started = False
 
         while True:
             if time.monotonic() - last_look >= poll_s:
                 state, last_look = slurm.job_state(job_id), time.monotonic()
-            if state.state == "PENDING" and time.monotonic() - t0 > pending_timeout_s:
+            if phase_of(state) == "running":
+                started = True
+            if not started and state.state == "PENDING" and time.monotonic() - t0 > pending_timeout_s:
                 # Never wait forever on a job the scheduler cannot place (every node drained or busy).
                 slurm.cancel(job_id)
                 raise slurm.SlurmError(

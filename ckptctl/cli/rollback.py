@@ -97,20 +97,51 @@ def rollback_cmd(
     raise typer.Exit(exit_codes.OK)
 
 
+def _what(rec: dict[str, Any]) -> str:
+    """What the record says happened, in the words of its action: hosts, job ids, outcomes."""
+    action = rec.get("action")
+    if action == "drain":
+        hosts = rec.get("hosts") or []
+        argv = " ".join(str(a) for a in rec.get("argv") or [])
+        done = "drained" if rec.get("ok") else "drain FAILED for"
+        return f"{done} {', '.join(map(str, hosts)) or '(hosts not recorded)'}: `{argv}`"
+    if action == "launch":
+        frm = f"resuming from {rec['resume_from']}" if rec.get("resume_from") else "from scratch"
+        detached = ", detached" if rec.get("detached") else ""
+        return f"started {rec.get('backend', '?')} job {rec.get('job_id', '?')} {frm}{detached}"
+    if action == "recover":
+        job = rec.get("job") if isinstance(rec.get("job"), dict) else None
+        ran = f"{job.get('backend', '?')} job {job.get('job_id', '?')}" if job else "no job launched"
+        return f"recovery ended: {rec.get('outcome', '?')} ({ran}); report {rec.get('report') or '-'}"
+    if action == "break-lock":
+        found = rec.get("stale_lock")
+        stale: dict[str, Any] = found if isinstance(found, dict) else {}
+        return (
+            f"broke a stale {stale.get('operation', '?')} lock of pid {stale.get('pid', '?')} on "
+            f"{stale.get('host', '?')} (since {stale.get('started', '?')})"
+        )
+    if rec.get("from") or rec.get("to"):
+        return f"{rec.get('from')} -> {rec.get('to')}"
+    return ""
+
+
 def _audit_line(rec: dict[str, Any]) -> str:
     parts = [str(rec.get("time", "?")), str(rec.get("action", "?"))]
-    if rec.get("from") or rec.get("to"):
-        parts.append(f"{rec.get('from')} -> {rec.get('to')}")
+    what = _what(rec)
+    if what:
+        parts.append(what)
     parts.append(f"by {rec.get('user', '?')}@{rec.get('host', '?')} pid {rec.get('pid', '?')}")
     if rec.get("reason"):
         parts.append(f"reason: {rec['reason']}")
-    if rec.get("outcome") not in (None, "done"):
+    if rec.get("action") != "recover" and rec.get("outcome") not in (None, "done"):
         parts.append(f"[{rec['outcome']}: {rec.get('error', '')}]")
     return "  ".join(parts)
 
 
 def audit_cmd(root: RootArg, json_: JsonOpt = False) -> None:
-    """Show ROOT's audit log (every rollback, undo and broken stale lock), oldest first."""
+    """Show ROOT's audit log, oldest first: rollbacks and undos, broken stale locks, training's
+    supersedes and deletions, and each recovery's drains (which hosts), launches (which job)
+    and outcome."""
     from ckptctl.ops import rollback as rollback_ops
 
     log = rollback_ops.read_audit(root)

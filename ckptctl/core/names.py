@@ -141,6 +141,26 @@ def stamp_of(name: str) -> str:
     return name.split(QUARANTINE_TAG, 1)[1] if QUARANTINE_TAG in name else ""
 
 
+#: The stamp ``rollback`` gives (``20261121T031200Z``, ``-2``... for a second one in the same second).
+_ROLLBACK_STAMP = re.compile(r"^(?P<stamp>\d{8}T\d{6}Z)(?:-(?P<n>\d{1,9}))?$")
+
+
+def rollback_stamp(name: str) -> tuple[str, int] | None:
+    """``(stamp, n)`` of a directory ``rollback`` quarantined (``step_30.quarantined-<UTC>[-n]``),
+    ordered as the quarantines were made; None for any other name, a directory training
+    superseded (``step_30.quarantined-superseded-<token>``) included: ``undo`` restores
+    only rollback's own quarantines."""
+    m = _ROLLBACK_STAMP.match(stamp_of(name))
+    if m is None:
+        return None
+    return m.group("stamp"), int(m.group("n") or 1)
+
+
+def is_superseded(name: str) -> bool:
+    """A directory a training save at the same step moved aside (``superseded_name``)."""
+    return stamp_of(name).startswith(_SUPERSEDED)
+
+
 def newest_first_key(cn: CheckpointName) -> tuple[int, int, str]:
     """Sort key: higher step first; at equal steps a final name before a temp one."""
     return (-cn.step, 1 if not cn.is_candidate else 0, cn.name)

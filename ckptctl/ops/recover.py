@@ -301,6 +301,7 @@ def _walk(
     history: list[decisions.Attempt] = []
     while True:
         root.storage.invalidate_cache(root.path)  # a job may have written checkpoints since the last listing
+        report.note_listing(root)  # the failed run's reach (incident: steps recomputed)
         found = find_latest_complete(root, deep=deep)
         for s in found.skipped:
             report.skipped_checkpoints.append(SkippedRecord(path=s.path, status=s.status, problems=tuple(s.problems)))

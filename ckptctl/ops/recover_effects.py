@@ -78,7 +78,7 @@ class RealEffects(Effects):
             return None
         outcome = steps.run_drain(cmd)
         rec.report.drain.append(outcome)
-        audit.write(self.root, audit.Drain(who=current_actor(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
+        audit.write(self.root, audit.Drain(who=current_actor(self.clock), argv=cmd.argv, ok=bool(outcome.ok), hosts=cmd.hosts))
         if outcome.failure is not None:
             return f"drain failed: {shown}: {outcome.failure}"
         rec.log("drain", f"drained: {shown}")

@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
 from ckptctl.adapters.audit import current_actor
+from ckptctl.adapters.joblog import read_tail
 from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
 from ckptctl.core.recover import decisions, incidents
+from ckptctl.core.recover.ledger import last_logged_step
 from ckptctl.core.recover.plan import RecoveryPlan
-from ckptctl.errors import StorageError
+from ckptctl.errors import CkptctlError, StorageError
 from ckptctl.runroot import audit
+from ckptctl.runroot.inspect import scan_root
 from ckptctl.runroot.root import RunRoot
 from ckptctl.runroot.state import (
     report_target,
@@ -219,6 +222,21 @@ class RecoveryReport:
     """The incident ledger entry (``decisions.incidents``): times, steps recomputed, verdicts, hosts."""
     cadence: dict[str, Any] | None = None
     """``ckptctl cadence`` of the run root at the end: save cost, interval, MTBF, Young/Daly optimum."""
+    reached_step: int | None = None
+    """The newest step among the checkpoint directories the failed run left (its first listing:
+    a save in progress counts, quarantined ones do not): evidence of how far it got."""
+
+    def note_listing(self, root: RunRoot) -> None:
+        """Before the first attempt: how far the failed run got, from the checkpoint directories it
+        left (a save in progress included; a quarantined one is not its work)."""
+        if self.attempts or self.reached_step is not None:
+            return
+        try:
+            scan = scan_root(root.storage, root.path)
+        except CkptctlError:
+            return
+        steps = [cn.step for cn, _e in scan.candidates if not cn.is_quarantined]
+        self.reached_step = max(steps) if steps else None
 
     def last_job(self) -> dict[str, Any] | None:
         """The last attempt's job (JSON), if any."""
@@ -312,6 +330,33 @@ def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
     return [h for d in records if d.executed and d.ok for h in d.command.hosts]
 
 
+def crash_step(report: RecoveryReport, logs: Sequence[str]) -> int | None:
+    """The last step the failed run logged or reached: the newest step the ``--logs`` files and
+    the ``--baseline`` file name (their last 4 MiB each), or the newest checkpoint directory it
+    left (``reached_step``), whichever is later. Never the loss watch's baseline window."""
+    watch = report.plan.step("watch") if report.plan else None
+    baseline = watch.inputs.get("baseline") if watch is not None else None
+    paths = dict.fromkeys([*[p for p in logs if p != "-"], *([baseline] if isinstance(baseline, str) else [])])
+    steps = [s for p in paths if (s := last_logged_step(read_tail(p))) is not None]
+    if report.reached_step is not None:
+        steps.append(report.reached_step)
+    return max(steps) if steps else None
+
+
+def incident_outcome(report: RecoveryReport) -> str:
+    """The incident's outcome: the report's, except that a recovery interrupted after the watch
+    said ``continuous`` of a job that runs on (or finished cleanly) did recover the run."""
+    last = report.attempts[-1].attempt if report.attempts else None
+    if (
+        report.outcome == "stopped"
+        and last is not None
+        and decisions.classify_verdict(last.watch_verdict) == "good"
+        and (last.still_running or last.exit_code == 0)
+    ):
+        return "recovered"
+    return report.outcome
+
+
 def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs: Sequence[str]) -> dict[str, Any]:
     """The report's ``incident`` (``decisions.incidents``); ``marks``: when each stage was reached.
 
@@ -324,13 +369,9 @@ def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs:
         except OSError:
             continue
     failure = datetime.fromtimestamp(max(mtimes), timezone.utc) if mtimes else None
-    crash_step = None
-    for a in report.attempts[:1]:
-        base = (a.watch or {}).get("baseline") or {}
-        crash_step = base.get("last_step") if isinstance(base.get("last_step"), int) else None
     first = report.attempts[0].attempt if report.attempts else None
     return incidents.build_incident(
-        outcome=report.outcome,
+        outcome=incident_outcome(report),
         category=report.classify.category if report.classify else None,
         failure_time=failure,
         detected=marks["detected"],
@@ -338,7 +379,7 @@ def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs:
         capacity=marks.get("capacity"),
         relaunched=marks.get("relaunched"),
         first_step=marks.get("first_step"),
-        crash_step=crash_step,
+        crash_step=crash_step(report, logs),
         checkpoint_step=first.checkpoint_step if first else None,
         verdicts=[a.attempt.watch_verdict for a in report.attempts],
         drained_hosts=drained_hosts(report.drain),

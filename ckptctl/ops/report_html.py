@@ -50,12 +50,11 @@ def view(doc: Mapping[str, Any]) -> dict[str, Any]:
     """What the template shows, taken from the document (see ``ops.report``)."""
     ledger = _dict(doc.get("incidents"))
     recoveries = [r for r in doc.get("recoveries") or [] if isinstance(r, Mapping)]
-    with_incident = [r for r in recoveries if isinstance(r.get("incident"), Mapping)]
     rows = [r for r in ledger.get("incidents") or [] if isinstance(r, Mapping)]
     incidents: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
-        record = _dict(with_incident[i].get("incident")) if i < len(with_incident) else {}
-        incidents.append({"number": i + 1, "row": row, "record": record})
+        # each ledger row carries its whole record (a recovery's, one that died, a requeue)
+        incidents.append({"number": i + 1, "row": row, "record": _dict(row.get("record"))})
     timeline = charts.timeline_chart(
         [
             {

@@ -111,6 +111,8 @@ class Drain:
     who: Who
     argv: Sequence[str]
     ok: bool
+    hosts: Sequence[str] = ()
+    """The hosts the command drains (added after the first version: older records lack it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +121,7 @@ class Drain:
             "argv": list(self.argv),
             "ok": self.ok,
             "ckptctl_version": self.who.ckptctl_version,
+            "hosts": list(self.hosts),
         }
 
 

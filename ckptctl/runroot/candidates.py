@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ckptctl.core.names import rollback_stamp
 from ckptctl.core.rollback.model import Candidate
 from ckptctl.core.verify import contract as v
 from ckptctl.errors import NotFoundError
@@ -120,13 +121,14 @@ def rollback_facts(
 
 
 def undo_facts(root: RunRoot, *, step: int | None, progress: ProgressFn) -> RootFacts:
-    """What undo decides on: the live walk, and the content status of each quarantined one."""
+    """What undo decides on: the live walk, and the content status of each directory rollback
+    quarantined (one training superseded is never a target: it is not inspected)."""
     scan = scan_root(root.storage, root.path, root.list())
     current = locate_in(scan, progress=progress)
     statuses: dict[str, str] = {r.name: r.status for r in _reports(current)}
     vanished = list(current.vanished)
     for cn, _e in scan.candidates:
-        if cn.is_quarantined and (step is None or cn.step == step):
+        if cn.is_quarantined and rollback_stamp(cn.name) is not None and (step is None or cn.step == step):
             report = _inspect(scan, cn.name, CheckOptions(), progress)
             if report is None:
                 vanished.append(cn.name)

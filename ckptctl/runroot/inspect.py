@@ -19,7 +19,12 @@ from ckptctl.adapters.dcp_metadata import (
 )
 from ckptctl.adapters.localfile import SpecialFileError
 from ckptctl.adapters.storage import Entry, FileTooLargeError, Storage
-from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
+from ckptctl.core.names import (
+    CheckpointName,
+    is_superseded,
+    newest_first_key,
+    parse_checkpoint_name,
+)
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify import layouts
 from ckptctl.core.verify.dcp import (
@@ -177,7 +182,13 @@ def inspect_checkpoint(
     )
     if report.is_temp:
         problems.append(v.Problem(v.INCOMPLETE, "temporary directory name: still being written or abandoned mid-save", code=v.TEMP_DIR))
-    if report.is_quarantined:
+    if report.is_quarantined and is_superseded(base):
+        problems.append(v.Problem(
+            v.INCOMPLETE,
+            "set aside by training: a newer save at the same step replaced it (not a rollback; `--undo` never restores it)",
+            code=v.QUARANTINED,
+        ))
+    elif report.is_quarantined:
         problems.append(v.Problem(v.INCOMPLETE, "quarantined by `ckptctl rollback` (undo with `ckptctl rollback --undo`)", code=v.QUARANTINED))
 
     # -- the DCP directories inside ------------------------------------------------------

@@ -10,7 +10,8 @@ training retention call, so they agree on one rule:
   fail the job (training retention): take it, or return why not and let the caller
   skip the pass. A holder whose token the job inherited (``recover`` launched the job
   and passes its token in ``CKPTCTL_RUN_LOCK_TOKEN``) counts as held by us.
-- ``holder(root)``: who holds it now (dry runs warn with it).
+- ``holder(root)``: who holds it now (dry runs warn with it); ``holder_alive(info)``: does
+  that holder still run (``status``, the incident ledger).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ckptctl.adapters.runlock import (
     INHERITED_TOKEN_ENV,
     HeldLock,
     LockInfo,
+    holder_gone,
     read_lock,
     run_lock,
 )
@@ -35,12 +37,20 @@ __all__ = [
     "hold",
     "hold_for_pass",
     "holder",
+    "holder_alive",
 ]
 
 
 def holder(root: RunRoot) -> LockInfo | None:
     """The current holder, if any (None also when the lock file is unreadable)."""
     return read_lock(root.storage, root.path)
+
+
+def holder_alive(info: LockInfo) -> bool | None:
+    """Does the lock's holder still run: True, False (provably gone: the next operation will
+    break the lock), None (it ran on another host: unknowable from here)."""
+    gone = holder_gone(info)
+    return None if gone is None else not gone
 
 
 @contextlib.contextmanager

@@ -13,6 +13,10 @@ Everything ckptctl keeps about a run (besides its checkpoints) lives in
 
 The incident ledger is the ``incident`` record of each stored report
 (``core.recover.incidents.Incident``); ``incidents(root)`` reads it, oldest first.
+``recoveries(root)`` pairs each ``recover`` record with its report (None when the
+report is unreadable: the record still says a failure happened), and
+``recover_acts(root)`` gathers what recover processes left (lock, ``drain``,
+``launch``, a broken lock) so ``core.recover.ledger`` can tell a recovery that died.
 Keys are a contract: added, never renamed. Readers never fail on an odd file: a
 missing or unreadable one is ``None`` (or left out of a list).
 """
@@ -25,10 +29,11 @@ from datetime import datetime
 from typing import Any
 
 from ckptctl.core.launch.job import JobRef
-from ckptctl.core.recover.incidents import Incident
+from ckptctl.core.recover.incidents import Incident, make_incident
+from ckptctl.core.recover.ledger import RecordedRecovery, RecoverAct
 from ckptctl.core.rollback.model import Who
 from ckptctl.errors import CkptctlError
-from ckptctl.runroot import audit
+from ckptctl.runroot import audit, lock
 from ckptctl.runroot.root import RunRoot
 
 #: The job the run root's last recovery started: ``<root>/.ckptctl/job.json``.
@@ -180,6 +185,9 @@ class RecoveryEntry:
     report: str | None
     """The URL of its report."""
     job: dict[str, Any] | None = None
+    host: str | None = None
+    pid: int | None = None
+    """The process that wrote the record."""
 
     @property
     def when(self) -> datetime | None:
@@ -204,9 +212,39 @@ def recovery_entries(root: RunRoot) -> list[RecoveryEntry]:
                 reason=_str(rec.get("reason")),
                 report=_str(rec.get("report")),
                 job=rec.get("job") if isinstance(rec.get("job"), dict) else None,
+                host=_str(rec.get("host")),
+                pid=_int(rec.get("pid")),
             )
         )
     return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredAttempt:
+    """One attempt of a stored report: the job it ran and what the loss watch said of it."""
+
+    number: int | None
+    checkpoint_step: int | None
+    watch_verdict: str | None
+    backend: str | None
+    job_id: str | None
+    log: str | None
+    still_running: bool
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> StoredAttempt:
+        found = doc.get("job")
+        job: dict[str, Any] = found if isinstance(found, dict) else {}
+        job_id = job.get("job_id")
+        return cls(
+            number=_int(doc.get("number")),
+            checkpoint_step=_int(doc.get("checkpoint_step")),
+            watch_verdict=_str(doc.get("watch_verdict")),
+            backend=_str(job.get("backend")),
+            job_id=None if job_id is None else str(job_id),
+            log=_str(doc.get("log")),
+            still_running=bool(doc.get("still_running")),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,6 +259,15 @@ class StoredReport:
     """Each attempt's loss-watch verdict, in order."""
     incident: Incident | None
     doc: dict[str, Any] = field(repr=False, default_factory=dict)
+    started: str | None = None
+    attempts: tuple[StoredAttempt, ...] = ()
+
+    def attempt_of(self, backend: str, job_id: str) -> StoredAttempt | None:
+        """The attempt that ran this job, if this recovery started it."""
+        for a in self.attempts:
+            if a.job_id == job_id and a.backend in (None, backend):
+                return a
+        return None
     """The whole report (``ckptctl.recover/1``), for what no field above holds."""
 
     @property
@@ -240,6 +287,8 @@ class StoredReport:
             watch_verdicts=tuple(_str(a.get("watch_verdict")) for a in attempts if isinstance(a, dict)),
             incident=Incident.from_json(incident) if isinstance(incident, dict) else None,
             doc=doc,
+            started=_str(doc.get("started")),
+            attempts=tuple(StoredAttempt.from_json(a) for a in attempts if isinstance(a, dict)),
         )
 
 
@@ -274,22 +323,82 @@ def write_report_view(root: RunRoot, target: str, html: str) -> None:
     root.storage.write_bytes(target, html.encode("utf-8"))
 
 
-def reports(root: RunRoot) -> list[StoredReport]:
-    """Every recovery report the audit log names, oldest first (unreadable ones left out)."""
-    out = []
+def recoveries(root: RunRoot) -> list[tuple[RecoveryEntry, StoredReport | None]]:
+    """Each ``recover`` record of the audit log with its report (None: missing or unreadable), oldest first."""
+    out: list[tuple[RecoveryEntry, StoredReport | None]] = []
     for entry in recovery_entries(root):
-        if entry.report is None:
-            continue
-        name = entry.report.rstrip("/").rsplit("/", 1)[-1]
-        doc = _read_json(root, name)
-        if doc is not None:
-            out.append(StoredReport.from_json(doc))
+        doc = None
+        if entry.report is not None:
+            doc = _read_json(root, entry.report.rstrip("/").rsplit("/", 1)[-1])
+        out.append((entry, None if doc is None else StoredReport.from_json(doc)))
     return out
 
 
+def reports(root: RunRoot) -> list[StoredReport]:
+    """Every recovery report the audit log names, oldest first (unreadable ones left out)."""
+    return [r for _e, r in recoveries(root) if r is not None]
+
+
+def reported_incidents(root: RunRoot) -> tuple[list[Incident], list[RecordedRecovery]]:
+    """The incident of every finished recovery (a report's record; a ``recover`` record whose
+    report is unreadable gives one from the record itself), and the finished recoveries."""
+    found: list[Incident] = []
+    recorded: list[RecordedRecovery] = []
+    for entry, report in recoveries(root):
+        recorded.append(RecordedRecovery(
+            host=entry.host, pid=entry.pid, time=entry.time,
+            started=report.started if report else None, ended=report.ended if report else None,
+        ))
+        if report is not None and report.incident is not None:
+            found.append(report.incident)
+            continue
+        when = entry.when
+        if when is None:
+            continue
+        job_id = (entry.job or {}).get("job_id")
+        found.append(replace(
+            make_incident(
+                outcome=entry.outcome or "unknown", category=None, failure_time=None, detected=when, drained=None,
+                capacity=None, relaunched=None, first_step=None, crash_step=None, checkpoint_step=None,
+                verdicts=(), drained_hosts=(), job_id=None if job_id is None else str(job_id),
+            ),
+            source="audit",
+            note=f"its report {entry.report or '(none)'} could not be read: only the audit record is left",
+        ))
+    return found, recorded
+
+
 def incidents(root: RunRoot) -> list[Incident]:
-    """The incident ledger: each stored report's ``incident`` record, oldest first."""
+    """Each stored report's ``incident`` record, oldest first (the whole ledger, with the
+    recoveries that died and the scheduler's restarts: ``ops.ledger``)."""
     return [r.incident for r in reports(root) if r.incident is not None]
+
+
+def recover_acts(root: RunRoot) -> list[RecoverAct]:
+    """What recover processes left: ``drain``/``launch`` records, recover locks a later process
+    broke (``break-lock``), and the lock file there now when a recover holds it."""
+    out = []
+    for rec in audit.read(root).records:
+        action, host, pid = rec.get("action"), _str(rec.get("host")), _int(rec.get("pid"))
+        time = _str(rec.get("time"))
+        if action in (audit.Drain.action, audit.Launch.action) and host and pid is not None and time:
+            out.append(RecoverAct(
+                time=time, host=host, pid=pid, kind=str(action),
+                job_id=None if rec.get("job_id") is None else str(rec.get("job_id")),
+                resume_from=_str(rec.get("resume_from")),
+            ))
+        elif action == audit.BreakLock.action and isinstance(rec.get("stale_lock"), dict):
+            stale = rec["stale_lock"]
+            s_host, s_pid, s_time = _str(stale.get("host")), _int(stale.get("pid")), _str(stale.get("started"))
+            if stale.get("operation") == "recover" and s_host and s_pid is not None and s_time:
+                out.append(RecoverAct(time=s_time, host=s_host, pid=s_pid, kind="lock"))
+    held = lock.holder(root)
+    if held is not None and held.operation == "recover":
+        out.append(RecoverAct(
+            time=held.started, host=held.host, pid=held.pid, kind="lock",
+            holder_alive=lock.holder_alive(held), current_lock=True,
+        ))
+    return out
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -297,6 +406,10 @@ def incidents(root: RunRoot) -> list[Incident]:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ returns the numbers.
   ``save_duration_s``; else the span of a checkpoint's file times, newest minus
   oldest, a lower bound on the write time);
 * current interval tau: the median time between consecutive checkpoints;
-* MTBF M: given (``--mtbf``), else observed: the run's span divided by the
-  recoveries its audit log records;
+* MTBF M: given (``--mtbf``), else observed from the incident ledger's failure
+  times (``ckptctl incidents``): ``core.recover.incidents.observed_mtbf``, the one
+  definition both commands use (the run's observed span / the failures in it);
 * Young/Daly optimum: ``tau* = sqrt(2 * C * M)`` (first order; valid while C << M);
 * expected lost work per failure: tau / 2 (on average a failure lands half way
   through an interval), at the current and at the optimal interval; and the
@@ -25,6 +26,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ckptctl.core.recover.incidents import observed_mtbf
 
 _DURATION_RE = re.compile(
     r"^\s*(?P<n>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>s|sec|m|min|h|hr|d|w)?\s*$", re.IGNORECASE
@@ -87,7 +90,7 @@ class CadenceReport:
     interval_steps: float | None
     mtbf_s: float | None
     mtbf_source: str | None
-    """``flag`` (``--mtbf``), ``audit`` (recoveries in the audit log) or None."""
+    """``flag`` (``--mtbf``), ``ledger`` (the incident ledger's failures: ``observed_mtbf``) or None."""
     num_failures: int
     optimal_interval_s: float | None
     lost_work_per_failure_s: float | None
@@ -147,8 +150,13 @@ def plan_cadence(
     *,
     failure_times_s: Sequence[float] = (),
     mtbf_s: float | None = None,
+    span_s: tuple[float, float] | None = None,
 ) -> CadenceReport:
-    """The cadence numbers for a run (see the module docstring)."""
+    """The cadence numbers for a run (see the module docstring).
+
+    ``span_s``: the oldest and newest checkpoint times of the whole run (Unix seconds), the
+    span the observed MTBF is measured over; default: those of ``checkpoints``.
+    """
     cks = sorted(checkpoints, key=lambda c: c.time_s)
     why: list[str] = []
     costs = [
@@ -179,12 +187,14 @@ def plan_cadence(
     num_failures = len(failure_times_s)
     if mtbf_s is not None:
         mtbf_source = "flag"
-    elif num_failures and cks:
-        start = cks[0].time_s
-        end = max([cks[-1].time_s, *failure_times_s])
-        if end > start:
-            mtbf_s = (end - start) / num_failures
-            mtbf_source = "audit"
+    elif num_failures:
+        if span_s is None and cks:
+            span_s = (cks[0].time_s, cks[-1].time_s)
+        mtbf_s, _counted = observed_mtbf(
+            failure_times_s, first_s=span_s[0] if span_s else None, last_s=span_s[1] if span_s else None
+        )
+        if mtbf_s is not None:
+            mtbf_source = "ledger"
     why.append(
         f"{len(cks)} checkpoint(s); save cost {human(save_cost)}"
         + (
@@ -200,9 +210,11 @@ def plan_cadence(
         + (
             " (given)"
             if mtbf_source == "flag"
-            else f" ({num_failures} recovery(ies) in the audit log)"
-            if mtbf_source == "audit"
-            else " (no recoveries recorded; pass --mtbf)"
+            else f" ({num_failures} failure(s) in the incident ledger)"
+            if mtbf_source == "ledger"
+            else f" ({num_failures} failure(s) recorded, too few to measure; pass --mtbf)"
+            if num_failures
+            else " (no failures recorded; pass --mtbf)"
         )
     )
     optimal = lost = opt_lost = ovh = opt_ovh = None

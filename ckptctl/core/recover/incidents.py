@@ -11,17 +11,25 @@ Every recovery report carries one ``incident`` record (``build_incident``), sche
      "phases_s": {"detection": s, "drain": s, "capacity": s, "relaunch": s, "first_step": s},
      "time_lost_s": s | null,         # failure (or detection) -> first step
      "crash_step": N | null, "checkpoint_step": N | null, "steps_recomputed": N | null,
-     "verdicts": ["spike", "continuous"], "drained_hosts": ["gpu-node-2"], "job_id": "1234" | null}
+     "verdicts": ["spike", "continuous"], "drained_hosts": ["gpu-node-2"], "job_id": "1234" | null,
+     "source": "report", "note": null}
+
+``crash_step`` is the last step the failed run logged or reached: the newest step in
+the failure's logs (``--logs``, ``--baseline``) and among the checkpoint directories
+it left (a save in progress included); never the loss watch's baseline window.
+``source`` says where a record comes from: ``report`` (a recovery's report), ``audit``
+(a recovery that ended without one: ``core.recover.ledger.unrecorded_incidents``) or
+``job-output`` (a restart of the job by its scheduler: ``ledger.restart_incidents``).
 
 ``summarize_incidents`` turns a run's records (oldest first) into goodput/badput
-per incident and in total, the mean time between failures and to recover, and a
-per-host history: a host drained for an infra fault twice or more is an RMA
-candidate. ``ckptctl cadence`` may read ``mtbf_s`` from here.
+per incident and in total, the mean time between failures (``observed_mtbf``, the
+one definition ``ckptctl cadence`` uses too) and to recover, and a per-host
+history: a host drained for an infra fault twice or more is an RMA candidate.
 """
 
 from __future__ import annotations
 
-import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,6 +75,15 @@ class Incident:
     drained_hosts: tuple[str, ...] = ()
     job_id: str | None = None
     schema: str = SCHEMA
+    source: str = "report"
+    """``report``, ``audit`` (a recovery that left no report) or ``job-output`` (a scheduler restart)."""
+    note: str | None = None
+    """One sentence on how the record was recognised (``audit``, ``job-output``)."""
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When the failure happened: ``failure_time``, else when it was detected."""
+        return _t(self.failure_time) or _t(self.detected)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +104,8 @@ class Incident:
             "verdicts": list(self.verdicts),
             "drained_hosts": list(self.drained_hosts),
             "job_id": self.job_id,
+            "source": self.source,
+            "note": self.note,
         }
 
     @classmethod
@@ -111,6 +130,8 @@ class Incident:
             verdicts=tuple(v if isinstance(v, str) else None for v in _list(doc.get("verdicts"))),
             drained_hosts=tuple(h for h in _list(doc.get("drained_hosts")) if isinstance(h, str)),
             job_id=None if doc.get("job_id") is None else str(doc.get("job_id")),
+            source=_s(doc.get("source")) or "report",
+            note=_s(doc.get("note")),
         )
 
 
@@ -186,16 +207,53 @@ def build_incident(**kw: Any) -> dict[str, Any]:
     return make_incident(**kw).to_json()
 
 
-def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: datetime | None = None) -> dict[str, Any]:
+def observed_mtbf(
+    failure_times_s: Sequence[float], *, first_s: float | None = None, last_s: float | None = None
+) -> tuple[float | None, int]:
+    """The mean time between failures, as ``ckptctl cadence`` and ``ckptctl incidents`` both say it.
+
+    MTBF = the run's observed span / the failures in it. The span runs from the run's
+    first evidence (``first_s``: the oldest checkpoint's time, or when the run started,
+    else the first failure) to its last (``last_s``: the newest checkpoint's time, else
+    the last failure; whichever of the two is later). A failure at the very start of the
+    span opens it and is not counted (nothing before it was observed): with failure times
+    only, this is the mean gap between failures. Returns ``(mtbf_s or None, failures
+    counted)``; None when no failure falls in a span longer than zero.
+    """
+    times = sorted(t for t in failure_times_s if math.isfinite(t))
+    if not times:
+        return None, 0
+    start = min(times[0], first_s) if first_s is not None else times[0]
+    end = max(times[-1], last_s) if last_s is not None else times[-1]
+    counted = sum(1 for t in times if t > start)
+    if counted == 0 or end <= start:
+        return None, counted
+    return round((end - start) / counted, 3), counted
+
+
+def summarize_incidents(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    run_start: datetime | None = None,
+    checkpoint_span_s: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     """``summarize`` of stored records (JSON), read with ``Incident.from_json``."""
-    return summarize([Incident.from_json(r) for r in records], run_start=run_start)
+    return summarize([Incident.from_json(r) for r in records], run_start=run_start, checkpoint_span_s=checkpoint_span_s)
 
 
-def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = None) -> dict[str, Any]:
+def summarize(
+    incidents: Sequence[Incident],
+    *,
+    run_start: datetime | None = None,
+    checkpoint_span_s: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     """Goodput/badput per incident and in total, MTBF, MTTR, per-host history (records oldest first).
 
     An incident's goodput is the time from the previous recovery's first step (or
     ``run_start``, or unknown for the first) to its failure; its badput the time lost.
+    MTBF: ``observed_mtbf`` of the failure times, over the span from ``run_start`` or
+    the oldest checkpoint (``checkpoint_span_s``: oldest and newest checkpoint times,
+    Unix seconds) to the newest checkpoint or the last failure.
     """
     rows: list[dict[str, Any]] = []
     failures: list[datetime] = []
@@ -203,7 +261,7 @@ def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = Non
     good_total = bad_total = 0.0
     hosts: dict[str, dict[str, Any]] = {}
     for inc in incidents:
-        failed = _t(inc.failure_time) or _t(inc.detected)
+        failed = inc.failed_at
         up = _t(inc.first_step)
         lost = inc.time_lost_s
         good = None if prev_up is None or failed is None else max(0.0, (failed - prev_up).total_seconds())
@@ -223,6 +281,12 @@ def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = Non
                 "steps_recomputed": inc.steps_recomputed,
                 "verdicts": list(inc.verdicts),
                 "drained_hosts": list(inc.drained_hosts),
+                "crash_step": inc.crash_step,
+                "checkpoint_step": inc.checkpoint_step,
+                "job_id": inc.job_id,
+                "source": inc.source,
+                "note": inc.note,
+                "record": inc.to_json(),
             }
         )
         for h in inc.drained_hosts:
@@ -231,7 +295,13 @@ def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = Non
             entry["infra_drains"] += inc.category == "infra"
             entry["times"].append(_iso(failed))
         prev_up = up or prev_up
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(failures)]
+    firsts = [t for t in (run_start.timestamp() if run_start else None,
+                          checkpoint_span_s[0] if checkpoint_span_s else None) if t is not None]
+    mtbf, counted = observed_mtbf(
+        [f.timestamp() for f in failures],
+        first_s=min(firsts) if firsts else None,
+        last_s=checkpoint_span_s[1] if checkpoint_span_s else None,
+    )
     lost_values = [float(i.time_lost_s) for i in incidents if i.time_lost_s is not None]
     total = good_total + bad_total
     for entry in hosts.values():
@@ -243,7 +313,8 @@ def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = Non
         "badput_s": round(bad_total, 3),
         "goodput_fraction": None if total <= 0 else round(good_total / total, 4),
         "steps_recomputed": sum(r["steps_recomputed"] or 0 for r in rows),
-        "mtbf_s": None if not gaps else round(sum(gaps) / len(gaps), 3),
+        "mtbf_s": mtbf,
+        "mtbf_failures": counted,
         "mttr_s": None if not lost_values else round(sum(lost_values) / len(lost_values), 3),
         "hosts": sorted(hosts.values(), key=lambda e: (-e["infra_drains"], e["host"])),
         "rma_candidates": sorted(h for h, e in hosts.items() if e["rma_candidate"]),

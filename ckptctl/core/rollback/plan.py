@@ -13,8 +13,11 @@ Rules (DESIGN.md, "Data-safety rules"):
   so ``locate`` skips it; nothing is deleted and the rename is reversed by undo.
 - Rollback refuses when no COMPLETE checkpoint older than the one it would
   quarantine exists: falling back onto nothing is worse than not rolling back.
-- Undo restores the most recently quarantined checkpoint (by the UTC stamp in
-  its name; or the one at ``step``) and refuses when its original name is taken.
+- Undo restores rollback's own quarantines only: the most recent one (by the UTC
+  stamp in its name; or the newest at ``step``). A directory training moved aside
+  (``step_30.quarantined-superseded-<token>``: a newer save at the same step
+  replaced it) is never restored, nor advised to be. Undo refuses when the
+  original name is taken: that directory is a newer save, and stays.
 
 The values (``Candidate``, ``AuditRecord``, ``RollbackPlan``, ``Refusal``, the
 codes) live in ``ckptctl.core.rollback.model``.
@@ -28,8 +31,9 @@ from datetime import datetime
 
 from ckptctl.core.names import (
     STAMP_FORMAT,
+    is_superseded,
     quarantine_name,
-    stamp_of,
+    rollback_stamp,
     unquarantine_name,
 )
 from ckptctl.core.rollback.model import (
@@ -225,7 +229,9 @@ def plan_rollback(
             f"it; roll back without --step to fall back from the newest"
         )
     earlier = sorted(
-        c.name for c in candidates if c.is_quarantined and unquarantine_name(c.name) == target.name
+        c.name
+        for c in candidates
+        if c.is_quarantined and rollback_stamp(c.name) is not None and unquarantine_name(c.name) == target.name
     )
     if earlier:
         notes.append(
@@ -270,39 +276,53 @@ def plan_undo(
     other_names: Collection[str] = (),
     vanished: Collection[Candidate] = (),
 ) -> RollbackPlan | Refusal:
-    """Restore the most recently quarantined checkpoint (or the newest-stamped one at ``step``).
+    """Restore the checkpoint rollback quarantined most recently (or the newest-stamped one at ``step``).
 
     Most recent = the latest stamp in the quarantined name; at equal stamps the
-    lower step (successive rollbacks go back in steps). Quarantined candidates
-    must carry their content status, and live ones the status ``locate`` walks.
+    lower step (successive rollbacks go back in steps). Only rollback's own
+    quarantines are candidates (``names.rollback_stamp``): a directory training
+    superseded is never restored. Quarantined candidates must carry their content
+    status, and live ones the status ``locate`` walks.
     """
     stamp_to_iso(now_stamp)
     live = _newest_first(c for c in candidates if c.is_live)
     current = _first_complete(live)
     current_name = current.name if current else None
-    quarantined = [c for c in candidates if c.is_quarantined and (step is None or c.step == step)]
-    gone = sorted(c.name for c in vanished if c.is_quarantined and (step is None or c.step == step))
+    at_step = [c for c in candidates if c.is_quarantined and (step is None or c.step == step)]
+    quarantined = [c for c in at_step if rollback_stamp(c.name) is not None]
+    superseded = sorted(c.name for c in at_step if is_superseded(c.name))
+    gone = sorted(
+        c.name
+        for c in vanished
+        if c.is_quarantined and rollback_stamp(c.name) is not None and (step is None or c.step == step)
+    )
     if gone:
         # which quarantine is "the most recent" is no longer known
         return _root_changed(root, gone, current_name)
     if not quarantined:
         where = f" at step {step}" if step is not None else ""
+        aside = ""
+        if superseded:
+            aside = (
+                f" ({', '.join(superseded)}: set aside by training when a newer save at the same step "
+                "replaced it, not by rollback; undo never restores it)"
+            )
         return Refusal(
             code=NOTHING_TO_UNDO,
-            message=f"no quarantined checkpoint{where} in the run root: nothing to undo",
+            message=f"no checkpoint quarantined by rollback{where} in the run root: nothing to undo{aside}",
             hint=f"`ckptctl audit {root}` shows past rollbacks",
             current_locate=current_name,
         )
-    target = max(quarantined, key=lambda c: (stamp_of(c.name), -c.step))
+    target = max(quarantined, key=lambda c: (rollback_stamp(c.name) or ("", 0), -c.step))
     original = unquarantine_name(target.name)
     assert original is not None  # is_quarantined guarantees the tag
     taken = {c.name for c in candidates} | set(other_names)
     if original in taken:
         return Refusal(
             code=NAME_TAKEN,
-            message=f"cannot restore {target.name}: {original} exists (saved again since the rollback?)",
-            hint=f"nothing was renamed; to restore the old one anyway, first rename {original} "
-            f"aside by hand (e.g. to {original}.replaced), then undo again",
+            message=f"cannot restore {target.name}: {original} exists (saved again since the rollback)",
+            hint=f"nothing was renamed; {original} is the newer save at step {target.step} and is what "
+            f"locate and training use: keep it. `ckptctl audit {root}` says why {target.name} was quarantined",
             current_locate=current_name,
         )
     if target.status is None:

@@ -36,7 +36,9 @@ What is judged
   or unknown). Earlier -> ``replayed-steps``; later -> ``skipped-steps``. Without R,
   a counter that restarts at the very beginning (nothing restored) is
   ``replayed-steps``. Inside the resumed run, a step going back is
-  ``replayed-steps`` and a jump beyond the gap tolerance is ``skipped-steps``.
+  ``replayed-steps`` (unless a restore line names the step it continues from: the
+  job restarted from a checkpoint, e.g. a Slurm requeue, ``resume.restarted_from_checkpoint``)
+  and a jump beyond the gap tolerance is ``skipped-steps``.
   Steps logged before the crash but after R are simply re-run work, not replays.
 * NaN/Inf anywhere after the resume -> ``nan``.
 * The first N losses after the resume against the pre-failure trajectory,

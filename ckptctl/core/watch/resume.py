@@ -297,6 +297,12 @@ def check_steps(
     prev_last = resumed.last_step
     for seg in post_segments[1:]:
         first = seg.points[0]
+        if restarted_from_checkpoint(seg, convention, gap_tol):
+            # The job started again from a checkpoint (a scheduler's requeue: the batch script's
+            # "ckptctl: job start ... resuming from checkpoint=" line, the trainer's restore line)
+            # and continues right after the step it names: a resume of its own, not a replay.
+            prev_last = max(prev_last, seg.last_step)
+            continue
         if seg.first_step <= prev_last:
             found.append(
                 Finding(
@@ -319,6 +325,16 @@ def check_steps(
             )
         prev_last = max(prev_last, seg.last_step)
     return found
+
+
+def restarted_from_checkpoint(seg: Segment, convention: str, gap_tol: float) -> bool:
+    """Does ``seg`` begin with a restore line whose step it continues from (a restart of the job
+    from a checkpoint, e.g. after a Slurm requeue)?"""
+    marker = seg.marker
+    if marker is None or marker.kind != "restore" or marker.step is None:
+        return False
+    lo, hi = accepted_start(marker.step, convention, gap_tol)
+    return lo <= seg.first_step <= hi
 
 
 def last_save_before(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker) -> ResumeMarker | None:
