@@ -212,3 +212,29 @@ def test_a_requeue_inside_the_watched_run_is_a_resume_not_a_replay(tmp_path: pyt
         capture_output=True, text=True, timeout=120,
     )
     assert json.loads(proc.stdout)["verdict"] == "continuous", proc.stdout[-2000:]
+
+
+# -- the outcome of a recovery's incident --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("verdict", "still_running", "exit_code", "want"),
+    [
+        ("continuous", True, None, "recovered"),  # interrupted after the verdict; the job runs on
+        ("continuous", False, 0, "recovered"),  # ... or finished cleanly
+        ("continuous", False, 143, "stopped"),  # the interruption stopped the job
+        (None, True, None, "stopped"),  # nothing verified it
+        ("spike", True, None, "stopped"),
+    ],
+)
+def test_an_interrupted_recovery_whose_job_recovered_is_recorded_as_recovered(
+    verdict: str | None, still_running: bool, exit_code: int | None, want: str
+) -> None:
+    from ckptctl.core.recover.decisions import Attempt
+    from ckptctl.ops.recover_report import AttemptRecord, RecoveryReport, incident_outcome
+
+    report = RecoveryReport(root="/r", dry_run=False, started=iso(0), outcome="stopped")
+    attempt = Attempt(number=1, checkpoint_step=30, checkpoint_path="/r/step_30", exit_code=exit_code,
+                      watch_verdict=verdict, still_running=still_running, interrupted_by="SIGINT")
+    report.attempts.append(AttemptRecord(attempt, [], None, None, None, None))
+    assert incident_outcome(report) == want

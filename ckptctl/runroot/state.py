@@ -259,6 +259,7 @@ class StoredReport:
     """Each attempt's loss-watch verdict, in order."""
     incident: Incident | None
     doc: dict[str, Any] = field(repr=False, default_factory=dict)
+    """The whole report (``ckptctl.recover/1``), for what no field above holds."""
     started: str | None = None
     attempts: tuple[StoredAttempt, ...] = ()
 
@@ -268,7 +269,6 @@ class StoredReport:
             if a.job_id == job_id and a.backend in (None, backend):
                 return a
         return None
-    """The whole report (``ckptctl.recover/1``), for what no field above holds."""
 
     @property
     def last_watch_verdict(self) -> str | None:
@@ -363,7 +363,8 @@ def reported_incidents(root: RunRoot) -> tuple[list[Incident], list[RecordedReco
                 verdicts=(), drained_hosts=(), job_id=None if job_id is None else str(job_id),
             ),
             source="audit",
-            note=f"its report {entry.report or '(none)'} could not be read: only the audit record is left",
+            note=f"its report {entry.report or '(none)'} could not be read: only the audit record is left"
+            if report is None else "its report has no incident record (written by an older ckptctl)",
         ))
     return found, recorded
 
