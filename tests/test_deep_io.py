@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.adapters import storage as storage_mod
+from ckptctl.adapters import ranges
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.verify.records import RecordFindings, scan_pickle
 from ckptctl.errors import StorageError
@@ -52,7 +52,7 @@ def test_local_range_reads_files_out_of_the_page_cache(tmp_path: Path, monkeypat
         os.fsync(f.fileno())
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     if not nowait:
-        monkeypatch.setattr(storage_mod._LocalRange, "nowait", None)
+        monkeypatch.setattr(ranges.LocalRange, "nowait", None)
     storage, p = Storage.for_url(str(path))
     assert _read_all(storage, p, 4096, len(data), chunk=256 << 10) == data[4096:]
 
@@ -104,7 +104,7 @@ def test_s3_range_reads_are_ranged_gets(
     data = os.urandom(100_000)
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server}, skip_instance_cache=True)
     fs.pipe_file(f"{s3_bucket}/obj", data)
-    monkeypatch.setattr(storage_mod, "RANGE_GET_BYTES", 16 << 10)
+    monkeypatch.setattr(ranges, "RANGE_GET_BYTES", 16 << 10)
     storage, path = Storage.for_url(f"s3://{s3_bucket}/obj")
     ranged_gets.clear()
     assert _read_all(storage, path, start, end, chunk=7000) == data[start:end]

@@ -14,14 +14,13 @@ import errno
 import json
 import os
 import posixpath
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, TypeVar
 
+from ckptctl.adapters import ranges
 from ckptctl.adapters.localfile import open_regular
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
@@ -33,34 +32,18 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
 
-#: Ranged reads from object stores (``open_range``): bytes per GET, and GETs in flight per reader.
-RANGE_GET_BYTES = 8 << 20
-RANGE_GETS_IN_FLIGHT = 2
-#: Local files: how far ahead of a segment's reader the kernel is asked to read (``_LocalRange``).
-READ_AHEAD_BYTES = 64 << 20
 
 __all__ = [
     "MAX_WHOLE_READ_BYTES",
-    "RANGE_GETS_IN_FLIGHT",
-    "RANGE_GET_BYTES",
     "STORAGE_OPTIONS_ENV",
     "Entry",
     "FileTooLargeError",
-    "RangeReader",
     "Storage",
 ]
 
 
 class FileTooLargeError(StorageError):
     """A whole-file read of something bigger than the caller's cap."""
-
-
-class RangeReader(Protocol):
-    """What ``Storage.open_range`` yields: sequential ``readinto`` from the range's start."""
-
-    def readinto(self, buffer: memoryview, /) -> int:
-        """Fill the start of ``buffer``; the number of bytes, 0 at the end."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +332,12 @@ class Storage:
             f.close()
 
     @contextmanager
-    def open_range(self, path: str, start: int, end: int) -> Iterator[RangeReader]:
+    def open_range(self, path: str, start: int, end: int) -> Iterator[ranges.RangeReader]:
         """Read ``[start, end)`` of ``path`` sequentially (the deep check's segments).
 
         Local files: positioned reads from ``start``, the kernel told the range is read
         once, in order (``posix_fadvise`` SEQUENTIAL: a larger readahead window), and asked
-        to fetch ahead where the page cache misses (``_LocalRange``). Object stores:
+        to fetch ahead where the page cache misses (``ranges.LocalRange``). Object stores:
         ranged GETs of ``RANGE_GET_BYTES``, ``RANGE_GETS_IN_FLIGHT`` of them ahead of the
         reader, never past ``end``. Read errors are ``StorageError``s.
         """
@@ -362,14 +345,14 @@ class Storage:
             f = self._call("open", path, lambda: open_regular(path, buffering=0))
             try:
                 fd = f.fileno()
-                if _HAS_FADVISE and end > start:
+                if ranges.HAS_FADVISE and end > start:
                     with contextlib.suppress(OSError):  # advice only (some file systems refuse it)
                         os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_SEQUENTIAL)
-                yield _LocalRange(self, path, f, start, end)
+                yield ranges.LocalRange(fd, start, end, lambda fn: self._call("read", path, fn))
             finally:
                 f.close()
         else:
-            reader = _RangedGets(self, path, start, end)
+            reader = ranges.RangedGets(lambda a, b: self.read_bytes(path, a, b), start, end)
             try:
                 yield reader
             finally:
@@ -467,119 +450,3 @@ class Storage:
         invalidate = getattr(self.fs, "invalidate_cache", None)
         if invalidate is not None:
             invalidate(path)
-
-
-_HAS_FADVISE = hasattr(os, "posix_fadvise")
-_HAS_PREADV = hasattr(os, "preadv")
-_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None) if _HAS_PREADV else None
-
-
-class _LocalRange:
-    """A local file from ``start``: positioned reads, the disk kept busy ahead of them.
-
-    Each read first asks for bytes already in the page cache only (``preadv`` with
-    ``RWF_NOWAIT``): a warm file is read with nothing else. Where the cache misses, the
-    kernel is asked to fetch the next ``READ_AHEAD_BYTES`` (``posix_fadvise(WILLNEED)``:
-    it starts the disk reads and returns), then the read waits for its own bytes: on a
-    cold file the disk works on the window while this thread copies and CRCs, instead of
-    the two alternating. (``WILLNEED`` on cached pages is not free, ~25 us per MiB of
-    page-cache lookups, hence the probe first.) File systems without ``RWF_NOWAIT``:
-    every read is advised ahead.
-    """
-
-    nowait: int | None = _NOWAIT
-
-    def __init__(self, storage: Storage, path: str, f: IO[bytes], start: int, end: int) -> None:
-        self._storage, self._path, self._f = storage, path, f
-        self._fd = f.fileno()
-        self._pos = start
-        self._end = end
-        self._advised = start
-        self._ahead = READ_AHEAD_BYTES if _HAS_FADVISE else 0
-
-    def _advise(self) -> None:
-        target = min(self._end, self._pos + self._ahead)
-        if target - self._advised >= self._ahead // 4 or (target == self._end and target > self._advised):
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(self._fd, max(self._pos, self._advised), target - max(self._pos, self._advised),
-                                 os.POSIX_FADV_WILLNEED)  # fmt: skip
-            self._advised = target
-
-    def _read(self, buffer: memoryview) -> int:
-        flags = self.nowait
-        if flags is not None:
-            try:
-                return os.preadv(self._fd, [buffer], self._pos, flags)
-            except BlockingIOError:
-                pass  # not (all) in the page cache: fetch ahead, then wait for these bytes
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                self.nowait = None  # this file system has no RWF_NOWAIT
-        if self._ahead and self._pos < self._end:
-            self._advise()
-        if _HAS_PREADV:
-            return os.preadv(self._fd, [buffer], self._pos)
-        self._f.seek(self._pos)
-        return self._f.readinto(buffer) or 0  # type: ignore[attr-defined]
-
-    def readinto(self, buffer: memoryview, /) -> int:
-        n = int(self._storage._call("read", self._path, lambda: self._read(buffer)))
-        self._pos += n
-        return n
-
-
-class _RangedGets:
-    """``[start, end)`` of an object as ranged GETs, a few in flight ahead of the reader.
-
-    Memory: at most ``RANGE_GETS_IN_FLIGHT + 1`` GETs' bytes per reader. A GET that comes
-    back short is the object's end: nothing after it is asked for.
-    """
-
-    def __init__(self, storage: Storage, path: str, start: int, end: int) -> None:
-        self._storage, self._path, self._end = storage, path, end
-        self._next = start
-        self._pending: deque[tuple[Future[bytes], int]] = deque()
-        self._pool: ThreadPoolExecutor | None = None
-        self._view = memoryview(b"")
-        self._eof = start >= end
-
-    def _get(self, a: int, b: int) -> bytes:
-        return self._storage.read_bytes(self._path, a, b)
-
-    def _top_up(self) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=RANGE_GETS_IN_FLIGHT, thread_name_prefix="ckptctl-get")
-        while not self._eof and len(self._pending) < RANGE_GETS_IN_FLIGHT and self._next < self._end:
-            b = min(self._end, self._next + RANGE_GET_BYTES)
-            self._pending.append((self._pool.submit(self._get, self._next, b), b - self._next))
-            self._next = b
-
-    def readinto(self, buffer: memoryview, /) -> int:
-        if not len(self._view):
-            self._top_up()
-            if not self._pending:
-                return 0
-            fut, asked = self._pending.popleft()
-            data = fut.result()
-            if len(data) < asked:
-                # the object ends here (shorter than listed): no more GETs
-                self._eof = True
-                for f, _n in self._pending:
-                    f.cancel()
-                self._pending.clear()
-            self._top_up()
-            self._view = memoryview(data)
-            if not data:
-                return 0
-        n = min(len(buffer), len(self._view))
-        buffer[:n] = self._view[:n]
-        self._view = self._view[n:]
-        return n
-
-    def close(self) -> None:
-        for f, _n in self._pending:
-            f.cancel()
-        self._pending.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)

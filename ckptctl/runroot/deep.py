@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.localfile import SpecialFileError
-from ckptctl.adapters.storage import RangeReader, Storage
+from ckptctl.adapters.ranges import RangeReader
+from ckptctl.adapters.storage import Storage
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, DcpUnit, StorageItem
