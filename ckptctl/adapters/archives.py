@@ -18,6 +18,7 @@ from typing import Any
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.storage import Storage
+from ckptctl.core import jsonsafe
 from ckptctl.core import safetensors as st
 from ckptctl.core import verify as v
 from ckptctl.core.crc import crc32_combine
@@ -263,8 +264,8 @@ def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[F
         res.problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
         return res, None
     try:
-        return res, json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        return res, jsonsafe.loads(data, max_bytes=MAX_JSON_BYTES)
+    except jsonsafe.JsonError as e:
         what = "empty" if not data else f"does not parse as JSON ({e})"
         res.corrupt(shown, what)
         return res, None

@@ -21,6 +21,7 @@ from typing import Any
 
 from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
+from ckptctl.core import jsonsafe
 from ckptctl.core.names import STATE_DIR_NAME
 from ckptctl.core.rollback import Actor
 
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 AUDIT_LOG_NAME = "audit.jsonl"
+#: A record is under 2 KiB; a longer line is not one (skipped as unreadable, never parsed).
+_MAX_RECORD_CHARS = 1 << 20
 
 
 def state_dir(storage: Storage, root: str) -> str:
@@ -92,12 +95,12 @@ def read_log(storage: Storage, root: str) -> AuditLog:
     if storage.info(path) is None:
         return log
     log.exists = True
-    for raw in storage.read_bytes(path).decode("utf-8", "replace").splitlines():
+    for raw in storage.read_bytes(path, nofollow=True).decode("utf-8", "replace").splitlines():
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
-        except ValueError:
+            rec = jsonsafe.loads(raw, max_bytes=_MAX_RECORD_CHARS, allow_nan=False)
+        except jsonsafe.JsonError:
             log.num_unreadable += 1
             continue
         if isinstance(rec, dict):

@@ -10,7 +10,6 @@ that need atomicity use a commit marker instead.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import posixpath
 from collections.abc import Callable, Iterator
@@ -19,7 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
-from ckptctl.adapters.localfile import SpecialFileError, open_regular
+from ckptctl.adapters import localfile
+from ckptctl.adapters.localfile import LinkRefusedError, SpecialFileError, open_regular
+from ckptctl.core import jsonsafe
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
@@ -30,7 +31,10 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
 
-__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "SpecialFileError", "Storage"]
+__all__ = [
+    "MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "LinkRefusedError",
+    "SpecialFileError", "Storage",
+]  # fmt: skip
 
 
 class FileTooLargeError(StorageError):
@@ -51,6 +55,9 @@ class Entry:
     size_bytes: int
     mtime_s: float | None
     """Modification time (POSIX seconds), when the backend reports one."""
+    link_problem: str = ""
+    """Local only: why this symbolic link is not followed (a loop, a target out of the run
+    root); '' for any other entry. Such an entry is never read."""
 
 
 def _mtime_of(info: dict[str, Any]) -> float | None:
@@ -91,6 +98,10 @@ class Storage:
     def __init__(self, fs: Any, protocol: str) -> None:
         self.fs = fs
         self.protocol = protocol
+        self.confined_to: str | None = None
+        """Local: the directory a command was pointed at (as named); nothing under it is read
+        through a symbolic link that leads out of it (``open_directory`` sets it)."""
+        self._confined_real: str | None = None
 
     # -- construction -------------------------------------------------------------
 
@@ -103,9 +114,11 @@ class Storage:
         options: dict[str, Any] = {}
         if env_options:
             try:
-                options = json.loads(env_options)
-            except ValueError as e:
+                options = jsonsafe.loads(env_options, max_bytes=1 << 20)
+            except jsonsafe.JsonError as e:
                 raise StorageError(f"{STORAGE_OPTIONS_ENV} is not valid JSON: {e}") from e
+            if not isinstance(options, dict):
+                raise StorageError(f"{STORAGE_OPTIONS_ENV} must be a JSON object of fsspec options")
         options.update(storage_options)
         try:
             import fsspec.core
@@ -137,7 +150,17 @@ class Storage:
             raise NotFoundError(f"{url}: no such directory", hint="check the run root path or URL")
         if not info.is_dir:
             raise StorageError(f"{url}: is a file, expected a directory (a run root or a checkpoint)")
+        storage.confine(path)
         return storage, path
+
+    def confine(self, path: str) -> None:
+        """Local storage: never follow a link from under ``path`` to outside it (reads, listings)."""
+        if self.is_local:
+            self.confined_to, self._confined_real = path, os.path.realpath(path)
+
+    def _check_read(self, path: str) -> None:
+        if self.confined_to is not None and self._confined_real is not None:
+            localfile.check_confined(path, self.confined_to, self._confined_real)
 
     # -- naming ---------------------------------------------------------------------
 
@@ -202,7 +225,7 @@ class Storage:
 
         def run() -> list[Entry]:
             if self.is_local:
-                return self._list_local(path)
+                return self._list_local(path, self._confined_real)
             infos = self.fs.ls(path, detail=True)
             entries = []
             for info in infos:
@@ -225,10 +248,15 @@ class Storage:
         return self._call("list", path, run)
 
     @staticmethod
-    def _list_local(path: str) -> list[Entry]:
+    def _list_local(path: str, confined_real: str | None) -> list[Entry]:
         entries = []
         with os.scandir(path) as it:
             for de in it:
+                if de.is_symlink():
+                    why = localfile.link_problem(de.path, confined_real)
+                    if why:  # a loop, or a way out of the run root: one problem on this entry
+                        entries.append(Entry(de.name, de.path, False, 0, None, link_problem=why))
+                        continue
                 try:
                     st = de.stat()  # follows symlinks; a dangling link raises
                 except FileNotFoundError:
@@ -267,19 +295,27 @@ class Storage:
         return self._call("stat", path, run)
 
     def read_bytes(
-        self, path: str, start: int | None = None, end: int | None = None, *, max_bytes: int | None = None
+        self,
+        path: str,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        nofollow: bool = False,
     ) -> bytes:
         """The bytes of ``path`` (or ``[start, end)`` of it) in one request.
 
         A whole-file read (no ``end``) stops after ``max_bytes`` (default
-        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused.
+        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused,
+        and so is a link out of the run root (``nofollow``: any link, for ckptctl's own files).
         """
         cap = MAX_WHOLE_READ_BYTES if max_bytes is None else max_bytes
         whole = end is None
 
         def run() -> bytes:
             if self.is_local:
-                with open_regular(path) as f:
+                self._check_read(path)
+                with open_regular(path, nofollow=nofollow) as f:
                     if start:
                         f.seek(start)
                     return f.read(cap + 1) if end is None else f.read(end - (start or 0))
@@ -298,6 +334,7 @@ class Storage:
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
+            self._check_read(path)
             f = self._call("open", path, lambda: open_regular(path, buffering=0))
         else:
             f = self._call(
@@ -316,15 +353,20 @@ class Storage:
     # -- writes (only rollback/quarantine, audit log, training library, gc) ---------------
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file: a new temporary file (never through a link), then renamed over ``path``."""
+
         def run() -> None:
             if self.is_local:
+                localfile.check_no_link_dirs(path, self.confined_to)
                 os.makedirs(posixpath.dirname(path), exist_ok=True)
                 tmp = f"{path}.tmp-{os.getpid()}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
+                fd = localfile.open_for_write(tmp, os.O_CREAT | os.O_EXCL | os.O_TRUNC)
+                try:
+                    localfile.write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)  # replaces a link or a FIFO at `path` by the file, never writes into it
             else:
                 self.fs.pipe_file(path, data)
 
@@ -335,17 +377,35 @@ class Storage:
 
         def run() -> None:
             if self.is_local:
+                localfile.check_no_link_dirs(path, self.confined_to)
                 os.makedirs(posixpath.dirname(path), exist_ok=True)
-                with open(path, "a", encoding="utf-8") as f:
-                    f.write(line.rstrip("\n") + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                # O_NOFOLLOW | O_NONBLOCK, regular files only: a link is never written through
+                # and a FIFO never blocks the writer (who may hold the run-root lock)
+                fd = localfile.open_for_write(path, os.O_CREAT | os.O_APPEND)
+                try:
+                    localfile.write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             else:
                 try:
                     old = bytes(self.fs.cat_file(path))
                 except FileNotFoundError:
                     old = b""
                 self.fs.pipe_file(path, old + line.rstrip("\n").encode() + b"\n")
+
+        self._call("append", path, run)
+
+    def check_appendable(self, path: str) -> None:
+        """Raise now if ``append_line(path, ...)`` would be refused (a link, a FIFO, a device,
+        a linked folder): callers check before a change whose record must follow it."""
+
+        def run() -> None:
+            if not self.is_local:
+                return
+            localfile.check_no_link_dirs(path, self.confined_to)
+            if os.path.lexists(path):
+                os.close(localfile.open_for_write(path, os.O_APPEND))
 
         self._call("append", path, run)
 

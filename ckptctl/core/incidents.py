@@ -22,8 +22,9 @@ candidate. ``ckptctl cadence`` may read ``mtbf_s`` from here.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 SCHEMA = "ckptctl.incident/1"
@@ -36,9 +37,39 @@ def _t(value: object) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    # a record edited by hand may hold a naive time: read as UTC, so that every difference is defined
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+def _number(value: object) -> float | None:
+    """A finite, non-negative number from a record (reports can be edited: never trust a type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _typed(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A ledger record with every field of the wrong type dropped (None / [])."""
+    hosts = rec.get("drained_hosts")
+    verdicts = rec.get("verdicts")
+    steps = rec.get("steps_recomputed")
+    return {
+        **rec,
+        "time_lost_s": _number(rec.get("time_lost_s")),
+        "steps_recomputed": steps if isinstance(steps, int) and not isinstance(steps, bool) and 0 <= steps < 2**63
+        else None,
+        "drained_hosts": [h for h in hosts if isinstance(h, str)] if isinstance(hosts, list) else [],
+        "verdicts": [x for x in verdicts if x is None or isinstance(x, str)] if isinstance(verdicts, list) else [],
+        "category": rec.get("category") if isinstance(rec.get("category"), str) else None,
+        "outcome": rec.get("outcome") if isinstance(rec.get("outcome"), str) else None,
+    }
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -103,6 +134,7 @@ def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: date
     prev_up: datetime | None = run_start
     good_total = bad_total = 0.0
     hosts: dict[str, dict[str, Any]] = {}
+    records = [_typed(r) for r in records if isinstance(r, Mapping)]
     for rec in records:
         failed = _t(rec.get("failure_time")) or _t(rec.get("detected"))
         up = _t(rec.get("first_step"))
@@ -110,8 +142,8 @@ def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: date
         good = None if prev_up is None or failed is None else max(0.0, (failed - prev_up).total_seconds())
         if good is not None:
             good_total += good
-        if isinstance(lost, (int, float)):
-            bad_total += float(lost)
+        if lost is not None:
+            bad_total += lost
         if failed is not None:
             failures.append(failed)
         rows.append(
@@ -133,7 +165,7 @@ def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: date
             entry["times"].append(_iso(failed))
         prev_up = up or prev_up
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(failures)]
-    lost_values = [float(r["time_lost_s"]) for r in records if isinstance(r.get("time_lost_s"), (int, float))]
+    lost_values = [r["time_lost_s"] for r in records if r["time_lost_s"] is not None]
     total = good_total + bad_total
     for entry in hosts.values():
         entry["rma_candidate"] = entry["infra_drains"] >= RMA_DRAINS

@@ -99,12 +99,12 @@ def _compile(template: str) -> re.Pattern[str]:
     out = []
     for piece in re.split(r"(\{n\}|\*)", template):
         if piece == "{n}":
-            out.append(r"(\d+)")
+            out.append(r"([0-9]+)")
         elif piece == "*":
             out.append(r"[^/]*")
         else:
             out.append(re.escape(piece))
-    return re.compile("^" + "".join(out) + "$")
+    return re.compile("^" + "".join(out) + r"\Z")
 
 
 #: A part or state key whose name starts like this holds optimizer state (every writer below).
@@ -388,10 +388,11 @@ def layout(key: str, container: str = "dir") -> Layout:
 
 # -- file checkpoints: step from the name --------------------------------------------------
 
-_FILE_SUFFIX = re.compile(r"\.(?:pt|pth|pth\.tar|ckpt|bin|tar)$", re.IGNORECASE)
-_LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>\d+)(?:[-_]|\.ckpt$|$)")
+# ``\Z``, never ``$`` (which also matches before a final newline); steps are ASCII digits.
+_FILE_SUFFIX = re.compile(r"\.(?:pt|pth|pth\.tar|ckpt|bin|tar)\Z", re.IGNORECASE)
+_LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>[0-9]{1,18})(?:[-_]|\.ckpt\Z|\Z)")
 _FILE_STEP = re.compile(
-    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>\d+)$", re.IGNORECASE
+    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>[0-9]{1,18})\Z", re.IGNORECASE
 )
 
 
@@ -452,8 +453,8 @@ class Found:
 def _combined(lay: Layout, is_dir: bool) -> tuple[re.Pattern[str], tuple[Part, ...]]:
     """One alternation per layout (a group per part): one match per file, not one per part."""
     parts = tuple(p for p in lay.parts if p.is_dir == is_dir)
-    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-1]})" for i, p in enumerate(parts))
-    return re.compile(f"^(?:{alts})$" if alts else r"(?!)"), parts
+    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-2]})" for i, p in enumerate(parts))
+    return re.compile(f"^(?:{alts})\\Z" if alts else r"(?!)"), parts
 
 
 def match_parts(lay: Layout, files: Iterable[str], dirs: Iterable[str]) -> Found:

@@ -10,11 +10,12 @@ same rules here mean "the library will load it". Pure: bytes in, findings out.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ckptctl.core import jsonsafe
 
 #: Headers larger than this are refused (the library's own limit is 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -73,8 +74,8 @@ def looks_like_safetensors(first9: bytes) -> bool:
 def parse_header(raw: bytes, header_bytes: int) -> Header:
     """Parse the N bytes after the length; ``SafetensorsError`` if malformed."""
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        obj = jsonsafe.loads(raw, max_bytes=MAX_HEADER_BYTES)
+    except jsonsafe.JsonError as e:
         raise SafetensorsError(f"header is not JSON: {e}") from e
     if not isinstance(obj, dict):
         raise SafetensorsError("header is not a JSON object")
@@ -147,8 +148,8 @@ class Index:
 
 def parse_index(data: bytes) -> Index:
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        obj = jsonsafe.loads(data)
+    except jsonsafe.JsonError as e:
         raise SafetensorsError(f"not JSON: {e}") from e
     wm = obj.get("weight_map") if isinstance(obj, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(f, str) for k, f in wm.items()):

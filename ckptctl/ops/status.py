@@ -9,11 +9,11 @@ points at, summarised by ``core.incidents.summarize_incidents``. Neither writes.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from ckptctl.adapters.audit import current_actor
+from ckptctl.core import jsonsafe
 from ckptctl.core.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_effects import JOB_FILE
@@ -27,7 +27,7 @@ def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:
     try:
         if storage.info(path) is None:
             return None
-        doc = json.loads(storage.read_bytes(path).decode("utf-8", "replace"))
+        doc = jsonsafe.loads(storage.read_bytes(path, max_bytes=jsonsafe.MAX_JSON_BYTES, nofollow=True))
     except (CkptctlError, ValueError, OSError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -56,12 +56,15 @@ def _job_now(job: dict[str, Any]) -> dict[str, Any]:
             return slurm.job_state(job_id).to_json()
         except slurm.SlurmError as e:
             return {"job_id": job_id, "state": "UNKNOWN", "error": e.message}
-    if backend == "local" and job_id.isdigit():
-        owner = job.get("owner") or {}
+    pid = jsonsafe.bounded_int(int(job_id), lo=1, hi=2**31 - 1) if job_id.isascii() and job_id.isdigit() and len(
+        job_id) < 12 else None  # fmt: skip
+    if backend == "local" and pid is not None:
+        owner_doc = job.get("owner")
+        owner: dict[str, Any] = owner_doc if isinstance(owner_doc, dict) else {}
         if owner.get("host") not in (None, current_actor().host):
             return {"job_id": job_id, "state": "UNKNOWN", "error": f"started on {owner.get('host')}, not this host"}
         try:
-            os.kill(int(job_id), 0)
+            os.kill(pid, 0)
             state = "RUNNING"
         except ProcessLookupError:
             state = "ENDED"
@@ -77,8 +80,9 @@ def run_status(root: str | RunRoot) -> dict[str, Any]:
     reports = _reports(rr)
     last = reports[-1] if reports else None
     verdict = None
-    if last and last.get("attempts"):
-        verdict = last["attempts"][-1].get("watch_verdict")
+    attempts = last.get("attempts") if last else None
+    if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict):
+        verdict = attempts[-1].get("watch_verdict")
     return {
         "schema": "ckptctl.status/1",
         "root": rr.url,
