@@ -307,7 +307,9 @@ def _release(storage: Storage, held: HeldLock) -> None:
 
 def _read(storage: Storage, path: str) -> bytes | None:
     try:
-        return storage.read_bytes(path, max_bytes=_MAX_LOCK_BYTES, nofollow=True)
+        # a ranged read: a huge file named `lock` is read no further than a lock could be long
+        # (and then is no ckptctl lock: the refusal names it)
+        return storage.read_bytes(path, 0, _MAX_LOCK_BYTES + 1, nofollow=True)
     except NotFoundError:
         return None
 

@@ -325,9 +325,8 @@ class Storage:
 
         data = self._call("read", path, run)
         if whole and len(data) > cap:
-            raise FileTooLargeError(
-                f"{self.url(path)}: larger than {cap >> 20} MiB, refused (not read whole)"
-            )
+            limit = f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+            raise FileTooLargeError(f"{self.url(path)}: larger than {limit}, refused (not read whole)")
         return data
 
     @contextmanager

@@ -64,7 +64,9 @@ def _facts(scan: RootScan, statuses: dict[str, str], vanished: list[str]) -> Roo
             step=cn.step,
             is_temp=cn.is_temp,
             is_quarantined=cn.is_quarantined,
-            status=None if cn.name in gone else statuses.get(cn.name),
+            # a refused entry (control characters, a link out of the root or a loop) is never read:
+            # corrupt without a probe, as its report says
+            status=None if cn.name in gone else statuses.get(cn.name, v.CORRUPT if cn.refused else None),
         )
         for cn, _e in scan.candidates
     ]
