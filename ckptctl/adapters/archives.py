@@ -22,10 +22,10 @@ from ckptctl.core import jsonsafe
 from ckptctl.core import safetensors as st
 from ckptctl.core import verify as v
 from ckptctl.core.crc import crc32_combine
-from ckptctl.core.pickle_walk import Opaque, PickleWalkError, walk
+from ckptctl.core.pickle_walk import Opaque, PickleTooLargeError, PickleWalkError, walk
 from ckptctl.core.records import (
+    MAX_INFLATE_RATIO,
     TAIL_READ_BYTES,
-    HostileGlobal,
     Member,
     RecordFindings,
     RecordFormatError,
@@ -88,7 +88,7 @@ def check_torch_zip(
     deep: bool = False,
     want_top: bool = False,
     allowed_globals: frozenset[str] = frozenset(),
-    allowed_modules: tuple[str, ...] = (),
+    writer_globals: frozenset[tuple[str, str]] = frozenset(),
 ) -> FileCheck:
     """Check a ``torch.save`` archive: structure always, CRCs and the pickle scan with ``deep``."""
     res = FileCheck()
@@ -123,7 +123,7 @@ def check_torch_zip(
             res.corrupt(shown, "no data.pkl member (not a torch.save archive)")
             return res
         if deep:
-            _deep_members(storage, path, members, res, shown, allowed_globals, allowed_modules, want_top)
+            _deep_members(storage, path, members, res, shown, allowed_globals, writer_globals, want_top)
         elif want_top:
             data = _member_bytes(storage, path, pkl, res, shown)
             if data is not None:
@@ -136,18 +136,22 @@ def check_torch_zip(
 
 
 def _inflate(raw: bytes) -> bytes:
-    """Raw deflate, capped: a crafted member cannot expand without bound."""
-    cap = MAX_PICKLE_BYTES
+    """Raw deflate, capped by size and by ratio (torch.save never deflates: a 20 KB member that
+    inflates to 20 MB of opcodes is refused, not walked)."""
+    cap = min(MAX_PICKLE_BYTES, max(len(raw), 1) * MAX_INFLATE_RATIO)
     d = zlib.decompressobj(-15)
     out = d.decompress(raw, cap)
     if d.unconsumed_tail:
-        raise zlib.error(f"inflates past {cap} bytes")
+        raise zlib.error(f"inflates past {cap} bytes (caps: {MAX_PICKLE_BYTES >> 20} MiB, {MAX_INFLATE_RATIO}x)")
     return out
 
 
 def _walk(data: bytes, res: FileCheck, shown: str) -> Any:
     try:
         return walk(data)
+    except PickleTooLargeError as e:
+        res.notes.append(f"{shown}: data.pkl not walked for its keys ({e})")
+        return None
     except PickleWalkError as e:
         res.corrupt(shown, f"data.pkl: {e}")
         return None
@@ -178,7 +182,7 @@ def _deep_members(
     res: FileCheck,
     shown: str,
     allowed_globals: frozenset[str],
-    allowed_modules: tuple[str, ...],
+    writer_globals: frozenset[tuple[str, str]],
     want_top: bool,
 ) -> None:
     findings = RecordFindings()
@@ -213,7 +217,7 @@ def _deep_members(
                     continue
                 check_member_crc(m, fast_crc32(data, 0), findings)
                 if want_pkl:
-                    scan_pickle(data, findings, m.name, allowed_globals)
+                    scan_pickle(data, findings, m.name, allowed_globals, writer_globals)
                     if want_top:
                         res.top = _walk(data, res, shown)
             else:
@@ -233,22 +237,19 @@ def _deep_members(
     res.members_checked += findings.members_checked
     for found in findings.problems:
         res.corrupt(shown, found.message, code=found.code)
-    hostile = [h for h in findings.hostile if not _trusted(h, allowed_modules)]
+    hostile = findings.hostile
     for h in hostile[:5]:
         res.problems.append(v.Problem(v.CORRUPT, f"hostile pickle in {shown}: {h}", code=v.HOSTILE_PICKLE))
     if len(hostile) > 5:
         res.problems.append(
             v.Problem(v.CORRUPT, f"... and {len(hostile) - 5} more hostile globals in {shown}", code=v.HOSTILE_PICKLE)
         )
-    trusted = len(findings.hostile) - len(hostile)
-    if trusted:
-        res.notes.append(f"{shown}: {trusted} pickle global(s) of the writer's own classes (loading runs them)")
+    if findings.writer_globals:
+        res.notes.append(f"{shown}: {len(findings.writer_globals)} pickle global(s) of the writer's own classes "
+                         f"(loading runs them): {', '.join(sorted(findings.writer_globals)[:4])}"
+                         + (" ..." if len(findings.writer_globals) > 4 else ""))
     if findings.members_without_crc:
         res.notes.append(f"{shown}: {findings.members_without_crc} member(s) carry no CRC-32")
-
-
-def _trusted(finding: HostileGlobal, modules: tuple[str, ...]) -> bool:
-    return any(finding.name.startswith(m) for m in modules)
 
 
 def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[FileCheck, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ckptctl.core import verify as v
+from ckptctl.core import writer_globals as W
 from ckptctl.core.dcp import SHARD_SUFFIX
 
 Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "deepspeed-dir", "text", "none"]
@@ -89,8 +90,9 @@ class Layout:
     bookkeeping_keys: frozenset[str] = frozenset()
     """Top-level keys of the writer's archives that describe the save rather than hold state
     (DeepSpeed's ds_config, param_shapes...): left out of ``contents``."""
-    pickle_modules: tuple[str, ...] = ()
-    """Module prefixes the writer legitimately pickles into its torch.save files (its own classes)."""
+    pickle_globals: frozenset[tuple[str, str]] = frozenset()
+    """The exact globals (module, qualified name) the writer pickles into its torch.save files
+    (its own classes, ``core.writer_globals``); never a prefix."""
     source: str = ""
     """Where the facts come from (repository, file, function)."""
 
@@ -182,7 +184,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="trainer_state.json",
         signature=("trainer_state.json", "training_args.bin", "rng_state.pth", "rng_state_{n}.pth",
                    "optimizer.pt", "scheduler.pt"),
-        pickle_modules=("transformers.", "accelerate.", "torch.optim.", "torch.distributed."),
+        pickle_globals=W.HF_TRAINER,
         source="huggingface/transformers src/transformers/trainer.py: Trainer._save_checkpoint "
         "(save_model, _save_optimizer_and_scheduler, _save_scaler, _save_rng_state, then "
         "state.save_to_json(trainer_state.json)); _load_from_checkpoint, "
@@ -227,7 +229,7 @@ LAYOUTS: tuple[Layout, ...] = (
         ),
         written_last="random_states_{n}.pkl",
         signature=("random_states_{n}.pkl", "optimizer.bin", "scheduler.bin", "custom_checkpoint_{n}.pkl"),
-        pickle_modules=("accelerate.", "torch.optim.", "torch.utils.data."),
+        pickle_globals=W.ACCELERATE,
         source="huggingface/accelerate src/accelerate/accelerator.py: Accelerator.save_state "
         "(checkpoints/checkpoint_<i>, FSDP via save_fsdp_model/save_fsdp_optimizer); "
         "src/accelerate/checkpointing.py: save_accelerator_state (model, optimizer, scheduler, "
@@ -247,7 +249,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="meta.pt",
         signature=("meta.pt",),
         top_dcp=True,
-        pickle_modules=("lightning.", "pytorch_lightning.", "lightning_fabric.", "torchmetrics."),
+        pickle_globals=W.LIGHTNING,
         source="Lightning-AI/pytorch-lightning src/lightning/pytorch/strategies/model_parallel.py and "
         "fsdp.py: save_checkpoint (DCP of state_dict|model + optimizer_<i>, then rank 0 "
         "torch.save(meta.pt)); fabric/strategies/fsdp.py _is_sharded_checkpoint",
@@ -259,7 +261,7 @@ LAYOUTS: tuple[Layout, ...] = (
         container="file",
         parts=(Part(name="*", holds="checkpoint", check="torch-zip"),),
         needs=(Need(what="state_dict", parts=("state_dict",), why="the model's weights"),),
-        pickle_modules=("lightning.", "pytorch_lightning.", "lightning_fabric.", "torchmetrics."),
+        pickle_globals=W.LIGHTNING,
         source="Lightning-AI/pytorch-lightning src/lightning/pytorch/callbacks/model_checkpoint.py "
         "(\"{epoch}-{step}\" names, '=' joins, .ckpt); trainer/connectors/checkpoint_connector.py "
         "dump_checkpoint (optimizer_states/lr_schedulers only when not weights_only); "
@@ -308,7 +310,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="metadata.json",
         signature=("metadata.json", "common.pt"),
         top_dcp=True,
-        pickle_modules=("megatron.", "argparse.Namespace"),
+        pickle_globals=W.MEGATRON,
         source="NVIDIA/Megatron-LM megatron/core/dist_checkpointing/serialization.py: save "
         "(strategy save, then metadata_finalize_fn writes metadata.json); core.py CONFIG_FNAME; "
         "megatron/training/checkpointing.py iter_{:07d}, latest_checkpointed_iteration.txt",
@@ -335,7 +337,7 @@ LAYOUTS: tuple[Layout, ...] = (
         signature=("mp_rank_{n}_model_states.pt", "zero_pp_rank_{n}_mp_rank_{n}_optim_states.pt",
                    "bf16_zero_pp_rank_{n}_mp_rank_{n}_optim_states.pt",
                    "zero_pp_rank_{n}_mp_rank_{n}_model_states.pt"),
-        pickle_modules=("deepspeed.",),
+        pickle_globals=W.DEEPSPEED,
         bookkeeping_keys=frozenset({
             "buffer_names", "param_shapes", "frozen_param_shapes", "shared_params", "frozen_param_fragments",
             "skipped_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config", "ds_version",

@@ -163,7 +163,7 @@ def _check_file(
     if part.check == "torch-zip":
         chk = archives.check_torch_zip(
             storage, fpath, size, shown=shown, deep=options.deep, want_top=part.holds in _KEYS_OF,
-            allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
+            allowed_globals=options.allowed_globals, writer_globals=lay.pickle_globals,
         )
         return chk, chk.top, None
     if part.check == "json":
@@ -336,7 +336,7 @@ def inspect_file(storage: Storage, e: Entry, options: CheckOptions) -> Checkpoin
     )
     chk = archives.check_torch_zip(
         storage, e.path, e.size_bytes, shown=e.name, deep=options.deep, want_top=True,
-        allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
+        allowed_globals=options.allowed_globals, writer_globals=lay.pickle_globals,
     )
     problems = list(chk.problems)
     report.bytes_read = chk.bytes_read
