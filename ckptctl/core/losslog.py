@@ -515,12 +515,16 @@ class LossLogParser:
 _MAYBE_STAMP_RE = re.compile(r"\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")
 _MAX_KNOWN = 8
 _MAYBE_CSV_HEADER_RE = re.compile(r"(?:step|iter|iteration)\s*\"?\s*(?:,|$)", re.IGNORECASE)
-_METRIC_SHAPE_RE = re.compile(r"[A-Za-z_]\w*\s*[:=]?\s*-?\d")
+# A start right after another letter is never needed (the earlier start covers it): without the
+# lookbehind a line of letters cost a scan per letter (2,000 lines of 1,900 letters: 23 s).
+_METRIC_SHAPE_RE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]\w*\s*[:=]?\s*-?\d")
+_DIGIT_RE = re.compile(r"\d")
 
 
 def _looks_like_metrics(text: str) -> bool:
     """A word followed by a number: a line someone may have meant as a metric line."""
-    return _METRIC_SHAPE_RE.search(text[:512]) is not None
+    head = text[:512]
+    return _DIGIT_RE.search(head) is not None and _METRIC_SHAPE_RE.search(head) is not None
 
 
 _DIALECT_RES = dict(DIALECTS)
