@@ -82,8 +82,10 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fairseq", re.compile(r"\bnum_updates[=\s]\d")),
     ("deepspeed", re.compile(r"(?:^|\s)steps: \d+ loss: |\bstep=\d+, skipped=\d+")),
     ("coqui", re.compile(r"GLOBAL_STEP:")),
-    ("keras", re.compile(r"\d+/\d+ (?:\u2501|\[[=>.]*\])")),
-    ("lightning", re.compile(r"Epoch \d+:.*\|")),
+    # (?<!\d): a search starts at a number's first digit only (else a run of digits is quadratic)
+    ("keras", re.compile(r"(?<!\d)\d+/\d+ (?:\u2501|\[[=>.]*\])")),
+    # from the first "Epoch N:" only (atomic): a search from every one of them was quadratic
+    ("lightning", re.compile(r"\A(?>.*?Epoch \d+:).*\|")),
 )
 #: Every format name (``--format``): the dialects, dict lines, CSV and column tables, the rest.
 FORMATS: tuple[str, ...] = (
@@ -512,7 +514,7 @@ class LossLogParser:
 
 #: A CSV header has a cell that is a step key (``CSV_STEP_KEYS`` all end so): one ends here.
 #: Numbers a timestamp could be made of, whatever their widths (``logtokens.timestamp_s``).
-_MAYBE_STAMP_RE = re.compile(r"\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")
+_MAYBE_STAMP_RE = re.compile(r"(?<!\d)\d+[-/]\d+(?:\s+|T)\d+:\d+:\d+")  # (?<!\d): linear on digit runs
 _MAX_KNOWN = 8
 _MAYBE_CSV_HEADER_RE = re.compile(r"(?:step|iter|iteration)\s*\"?\s*(?:,|$)", re.IGNORECASE)
 # A start right after another letter is never needed (the earlier start covers it): without the
