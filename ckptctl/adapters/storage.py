@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
 from ckptctl.adapters import localfile
 from ckptctl.adapters.localfile import LinkRefusedError, SpecialFileError, open_regular
 from ckptctl.core import jsonsafe
-from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
+from ckptctl.errors import CkptctlError, NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
 
@@ -30,10 +30,16 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: The most ``read_bytes`` reads of a whole file (``.metadata``, manifests, pointer files):
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
+#: Seconds an object store may take to accept a connection, and to answer each read (S3).
+STORAGE_TIMEOUT_ENV = "CKPTCTL_STORAGE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 10.0
+#: Attempts per request (botocore) and per call (s3fs's own loop): a store that never answers
+#: costs at most about ``ATTEMPTS**2`` timeouts per call, then a one-line error (was 415 s).
+ATTEMPTS = 2
 
 __all__ = [
-    "MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "LinkRefusedError",
-    "SpecialFileError", "Storage",
+    "DEFAULT_TIMEOUT_S", "MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "STORAGE_TIMEOUT_ENV", "Entry",
+    "FileTooLargeError", "LinkRefusedError", "SpecialFileError", "Storage",
 ]  # fmt: skip
 
 
@@ -88,8 +94,66 @@ def _is_connection_error(exc: BaseException) -> bool:
             "ServerDisconnectedError",
             "ConnectTimeoutError",
             "ConnectionRefusedError",
+            "ConnectionResetError",
+            "ReadTimeoutError",
+            "FSTimeoutError",
+            "TimeoutError",
+            "IncompleteRead",
+            "ResponseStreamingError",
+            "ClientPayloadError",
         }
     )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def timeout_s() -> float:
+    """The object-store client timeout (``CKPTCTL_STORAGE_TIMEOUT_S``, default ``DEFAULT_TIMEOUT_S``)."""
+    raw = os.environ.get(STORAGE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise StorageError(f"{STORAGE_TIMEOUT_ENV}={raw[:40]!r}: give seconds between 0 and 3600")
+    return value
+
+
+def _with_timeouts(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    """S3: connect and read timeouts and bounded retries, unless the options set their own."""
+    if protocol not in ("s3", "s3a"):
+        return options
+    timeout = timeout_s()
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", timeout)
+    config.setdefault("read_timeout", timeout)
+    config.setdefault("retries", {"total_max_attempts": ATTEMPTS, "mode": "standard"})
+    return {**options, "config_kwargs": config}
+
+
+class _GuardedReader:
+    """A remote file whose reads map backend errors like every other call (a store that dies
+    during ``--deep`` is a one-line error, not a traceback)."""
+
+    def __init__(self, storage: Storage, path: str, f: Any) -> None:
+        self._storage, self._path, self._f = storage, path, f
+
+    def read(self, n: int = -1) -> bytes:
+        return self._storage._call("read", self._path, lambda: self._f.read(n))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._storage._call("read", self._path, lambda: self._f.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class Storage:
@@ -120,12 +184,13 @@ class Storage:
             if not isinstance(options, dict):
                 raise StorageError(f"{STORAGE_OPTIONS_ENV} must be a JSON object of fsspec options")
         options.update(storage_options)
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        options = _with_timeouts(protocol, options)
         try:
             import fsspec.core
             from fsspec.registry import known_implementations
         except ImportError as e:  # pragma: no cover - fsspec is a hard dependency
             raise StorageError(f"fsspec is not installed: {e}") from e
-        protocol = url.split("://", 1)[0] if "://" in url else "file"
         if protocol not in known_implementations and protocol != "file":
             raise StorageError(f"unknown storage protocol {protocol!r} in {url!r}")
         try:
@@ -137,6 +202,8 @@ class Storage:
             ) from e
         except (ValueError, TypeError) as e:
             raise StorageError(f"cannot open {url!r}: {e}") from e
+        if protocol in ("s3", "s3a") and "retries" not in fs.__dict__:
+            fs.retries = ATTEMPTS  # s3fs's own retry loop around botocore's (default 5)
         if protocol == "file":
             path = os.path.abspath(os.path.expanduser(path))
         return cls(fs, protocol), path.rstrip("/") or "/"
@@ -203,20 +270,24 @@ class Storage:
             if e.errno == errno.ELOOP:
                 raise StorageError(f"{self.url(path)}: too many levels of symbolic links") from e
             if _is_connection_error(e):
-                raise StorageUnreachableError(
-                    f"{self.url(path)}: storage endpoint unreachable ({e})",
-                    hint="check the endpoint URL and that the object store is up",
-                ) from e
+                raise self._unreachable(path, what, e) from e
             raise StorageError(f"{self.url(path)}: {what} failed: {e.strerror or e}") from e
         except Exception as e:
             if _is_connection_error(e):
-                raise StorageUnreachableError(
-                    f"{self.url(path)}: storage endpoint unreachable ({type(e).__name__})",
-                    hint="check the endpoint URL and that the object store is up",
-                ) from e
+                raise self._unreachable(path, what, e) from e
             if type(e).__name__ in {"NoCredentialsError", "ClientError", "PartialCredentialsError"}:
-                raise StorageError(f"{self.url(path)}: {what} refused: {e}") from e
-            raise
+                raise StorageError(f"{self.url(path)}: {what} refused: {_first_line(e)}") from e
+            if self.is_local or isinstance(e, CkptctlError):
+                raise
+            # any other failure inside an object-store client: still one line and its exit code
+            raise StorageError(f"{self.url(path)}: {what} failed ({type(e).__name__}: {_first_line(e)})") from e
+
+    def _unreachable(self, path: str, what: str, e: BaseException) -> StorageUnreachableError:
+        return StorageUnreachableError(
+            f"{self.url(path)}: storage endpoint unreachable or not answering ({what}: {type(e).__name__})",
+            hint=f"check the endpoint URL and that the object store is up (client timeout {timeout_s():g} s, "
+            f"{STORAGE_TIMEOUT_ENV})",
+        )
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -342,7 +413,7 @@ class Storage:
                 lambda: self.fs.open(path, "rb", block_size=block_size, cache_type="readahead"),
             )
         try:
-            yield f
+            yield f if self.is_local else cast(IO[bytes], _GuardedReader(self, path, f))
         finally:
             f.close()
 
