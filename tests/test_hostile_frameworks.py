@@ -227,3 +227,52 @@ def test_the_attack_pickle_asks_the_unpickler_for_the_chain() -> None:
 
     Spy(io.BytesIO(chain_pickle("transformers.trainer_utils", "os.system"))).load()
     assert calls == ["transformers.trainer_utils:os.system"]
+
+
+# -- bounded cost: safetensors headers --------------------------------------------------------------
+
+
+def _safetensors(path: Path, header: dict[str, object], data: bytes = b"\0" * 4) -> Path:
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("shape", "offsets", "why"),
+    [
+        ([10**30] * 200_000, [0, 4], "2**64"),  # the finding: 110 s of CPU, then a traceback
+        ([1] * 200_000, [0, 4], "dimensions"),
+        ([2**40, 2**40], [0, 4], "2**64 elements"),
+        ([int("9" * 4000)], [0, 4], "2**64"),
+        ([1], [0, 2**70], "data_offsets"),
+        ([1], [0, 10**5000], None),  # past the JSON parser's digit limit: not JSON
+    ],
+    ids=["200k-huge-dims", "200k-dims", "overflowing-product", "4000-digit-dim", "offset-2**70", "5000-digit-offset"],
+)
+def test_safetensors_header_with_a_hostile_shape_is_refused_fast(
+    tmp_path: Path, shape: list[int], offsets: list[int], why: str | None
+) -> None:
+    """Finding: a safetensors header with a 200,000-dimension shape of huge ints burned 110 s of
+    CPU, then a traceback (the element count was multiplied out as a huge int, then printed)."""
+    header: dict[str, object] = {"w": {"dtype": "F32", "shape": shape, "data_offsets": offsets}}
+    if shape == [1] and offsets[1] == 10**5000:
+        raw = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + b"9" * 5000 + b"]}}"
+        f = tmp_path / "model.safetensors"
+        f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 4)
+    else:
+        f = _safetensors(tmp_path / "model.safetensors", header)
+    rc, out, seconds = _capped_verify(f, timeout=60)
+    report = json.loads(out)["checkpoints"][0]
+    assert rc == 3 and report["status"] == "corrupt", report
+    assert why is None or any(why in p for p in report["problems"]), report["problems"]
+    assert max(len(p) for p in report["problems"]) < 600
+    assert seconds < 20
+
+
+def test_safetensors_header_within_the_limits_is_complete(tmp_path: Path) -> None:
+    """The limits refuse nothing real: a 64-dimension tensor and 2**40-element shapes of zeros are read."""
+    header = {"a": {"dtype": "F32", "shape": [1] * 64, "data_offsets": [0, 4]},
+              "b": {"dtype": "F32", "shape": [2**40, 0], "data_offsets": [4, 4]}}  # fmt: skip
+    rc, out, _ = _capped_verify(_safetensors(tmp_path / "model.safetensors", header))
+    assert rc == 0 and json.loads(out)["checkpoints"][0]["status"] == "complete", out
