@@ -276,3 +276,49 @@ def test_safetensors_header_within_the_limits_is_complete(tmp_path: Path) -> Non
               "b": {"dtype": "F32", "shape": [2**40, 0], "data_offsets": [4, 4]}}  # fmt: skip
     rc, out, _ = _capped_verify(_safetensors(tmp_path / "model.safetensors", header))
     assert rc == 0 and json.loads(out)["checkpoints"][0]["status"] == "complete", out
+
+
+# -- bounded cost: zip member tables ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("deep", [False, True])
+@pytest.mark.parametrize(("members", "why"), [(1_000_000, "refused unread"), (200_000, "overlap")])
+def test_zip_directory_of_many_entries_is_one_problem(tmp_path: Path, deep: bool, members: int, why: str) -> None:
+    """Finding: a zip directory of 1M entries took 150 s and 80 MB of output (one problem per
+    entry under --deep), and quick verify called it complete."""
+    from tests.fuzz.corpus import many_members_zip
+
+    f = tmp_path / "checkpoint-9.pt"
+    f.write_bytes(many_members_zip(members))
+    rc, out, seconds = _capped_verify(f, *(["--deep"] if deep else []), timeout=120)
+    report = json.loads(out)["checkpoints"][0]
+    assert rc == 3 and report["status"] == "corrupt"
+    assert len(report["problems"]) == 1 and why in report["problems"][0], report["problems"]
+    assert len(out) < 10_000 and seconds < 60
+
+
+def test_zip_with_many_genuine_members_under_the_cap_is_read(tmp_path: Path) -> None:
+    from tests.fuzz.corpus import many_members_zip
+
+    f = tmp_path / "checkpoint-9.pt"
+    f.write_bytes(many_members_zip(20_000, distinct=True))
+    for args in ((), ("--deep",)):
+        rc, out, _ = _capped_verify(f, *args)
+        assert rc == 0 and json.loads(out)["checkpoints"][0]["status"] == "complete", out[-2000:]
+
+
+def test_dcp_record_with_a_huge_member_table_is_one_problem() -> None:
+    from tests.fuzz.corpus import many_members_zip
+
+    for members in (records.MAX_ZIP_MEMBERS + 1, 1000):  # past the tail a record's table is read from; or not
+        findings, _ = records.check_record(many_members_zip(members))
+        assert [p.code for p in findings.problems] == ["record-corrupt"], findings.problems
+
+
+def test_problems_past_the_listing_cap_are_counted_in_one_line() -> None:
+    findings = records.RecordFindings()
+    for i in range(1000):
+        findings.add(f"member {i} is bad")
+    listed = findings.listed()
+    assert len(listed) == records.MAX_LISTED_PROBLEMS + 1
+    assert listed[-1].message == f"... and {1000 - records.MAX_LISTED_PROBLEMS:,} more problem(s) (not listed)"

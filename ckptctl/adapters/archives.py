@@ -29,6 +29,7 @@ from ckptctl.core.records import (
     Member,
     RecordFindings,
     RecordFormatError,
+    ZipDirectoryRefusedError,
     check_member_crc,
     data_offset,
     parse_directory,
@@ -112,7 +113,9 @@ def check_torch_zip(
         try:
             members = _directory(storage, path, size, res)
         except RecordFormatError as e:
-            res.corrupt(shown, f"{e} (cut short or damaged: a torch.save archive ends with its member table)")
+            why = "" if isinstance(e, ZipDirectoryRefusedError) else \
+                " (cut short or damaged: a torch.save archive ends with its member table)"
+            res.corrupt(shown, f"{e}{why}")
             return res
         bad = [m.name for m in members if m.local_header_offset + 30 + len(m.name.encode()) + m.compressed_size > size]
         if bad:
@@ -235,7 +238,7 @@ def _deep_members(
                 check_member_crc(m, crc, findings)
             pos = start + m.compressed_size
     res.members_checked += findings.members_checked
-    for found in findings.problems:
+    for found in findings.listed():
         res.corrupt(shown, found.message, code=found.code)
     hostile = findings.hostile
     for h in hostile[:5]:

@@ -34,6 +34,11 @@ _LFH = b"PK\x03\x04"
 #: How far from a record's end its central directory can start, for a record with
 #: few members (torch writes 6-8). Callers read this much of the tail first.
 TAIL_READ_BYTES = 64 * 1024
+#: Most members a zip directory may list: torch.save writes one per storage (a big optimizer
+#: state has thousands); a directory of a million entries is refused before it is walked.
+MAX_ZIP_MEMBERS = 1 << 18
+#: Problems listed per file; past this they are counted (``RecordFindings.unlisted``).
+MAX_LISTED_PROBLEMS = 20
 
 # Globals a legitimate DCP record pickle (tensor rebuild, numpy RNG state, plain
 # containers) references. Anything else is reported as hostile.
@@ -122,6 +127,11 @@ class RecordFormatError(ValueError):
         self.code: ProblemCode = code
 
 
+class ZipDirectoryRefusedError(RecordFormatError):
+    """The member table was read whole and is refused for what it lists (too many members,
+    members on top of each other): not an archive cut short."""
+
+
 #: The most a compressed (deflate) member may inflate to, and by what ratio. torch.save
 #: stores members uncompressed; a deflated one is checked only within these bounds.
 MAX_INFLATED_BYTES = 256 << 20
@@ -181,6 +191,8 @@ def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
         )
     if n_total * _CDH_SIZE > cd_size:
         raise RecordFormatError(f"zip directory claims {n_total} entries in {cd_size} bytes")
+    if n_total > MAX_ZIP_MEMBERS:
+        raise ZipDirectoryRefusedError(f"zip directory lists {n_total:,} members (more than {MAX_ZIP_MEMBERS:,}: refused unread)")
     members: list[Member] = []
     p = rel_cd
     for _ in range(n_total):
@@ -194,7 +206,24 @@ def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
             usize, csize, lho = _apply_zip64_extra(extra, usize, csize, lho)
         members.append(Member(name, crc, csize, usize, method, lho))
         p += 46 + nlen + xlen + clen
+    _check_no_overlap(members)
     return members
+
+
+def _check_no_overlap(members: list[Member]) -> None:
+    """Members sit one after another: each spans at least its 30-byte local header, its name
+    and its data, and the next starts after that (a directory of entries that all point at
+    the same bytes is one problem, found without reading them)."""
+    ordered = sorted(members, key=lambda m: m.local_header_offset)
+    end = -1
+    overlapping = []
+    for m in ordered:
+        if m.local_header_offset < end:
+            overlapping.append(m)
+        end = max(end, m.local_header_offset + 30 + len(m.name.encode()) + m.compressed_size)
+    if overlapping:
+        raise ZipDirectoryRefusedError(f"{len(overlapping):,} zip member(s) overlap the one before them "
+                                f"(e.g. {overlapping[0].name[:100]!r})")  # fmt: skip
 
 
 def _apply_zip64_extra(extra: bytes, usize: int, csize: int, lho: int) -> tuple[int, int, int]:
@@ -265,11 +294,27 @@ class RecordFindings:
     members_checked: int = 0
     members_without_crc: int = 0
 
+    unlisted: int = 0
+    """Problems past ``MAX_LISTED_PROBLEMS``: counted, not listed (``summary``)."""
+
     def add(self, message: str, code: ProblemCode = RECORD_CORRUPT) -> None:
-        self.problems.append(RecordProblem(code, message))
+        self._add(RecordProblem(code, message))
 
     def add_error(self, error: RecordFormatError, prefix: str = "") -> None:
-        self.problems.append(RecordProblem(error.code, f"{prefix}{error}"))
+        self._add(RecordProblem(error.code, f"{prefix}{error}"))
+
+    def _add(self, problem: RecordProblem) -> None:
+        if len(self.problems) < MAX_LISTED_PROBLEMS:
+            self.problems.append(problem)
+        else:
+            self.unlisted += 1
+
+    def listed(self) -> list[RecordProblem]:
+        """The problems to show: the first ``MAX_LISTED_PROBLEMS``, then one line for the rest."""
+        if not self.unlisted:
+            return list(self.problems)
+        more = RecordProblem(self.problems[-1].code, f"... and {self.unlisted:,} more problem(s) (not listed)")
+        return [*self.problems, more]
 
 
 def check_member_crc(member: Member, computed_crc: int, findings: RecordFindings) -> None:

@@ -21,6 +21,7 @@ from ckptctl.core.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.dcp import DTYPE_ITEMSIZE, DcpIndex, StorageItem
 from ckptctl.core.manifest import Manifest, format_crc32
 from ckptctl.core.records import (
+    MAX_LISTED_PROBLEMS,
     MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
     RecordFindings,
@@ -171,7 +172,7 @@ def _deep_file(
                         finite = _check_finite(bytes(plain), item)
                 res.members_checked += findings.members_checked
                 res.members_without_crc += findings.members_without_crc
-                for found in findings.problems:
+                for found in findings.listed():
                     res.problems.append(
                         v.Problem(
                             v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {found.message}", code=found.code
@@ -195,6 +196,11 @@ def _deep_file(
     except StorageError as e:
         res.problems.append(v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED))
         res.crc = None
+    if len(res.problems) > MAX_LISTED_PROBLEMS:  # a shard of a million damaged records: one summary line
+        more = len(res.problems) - MAX_LISTED_PROBLEMS
+        res.problems[MAX_LISTED_PROBLEMS:] = [
+            v.Problem(v.CORRUPT, f"... and {more:,} more problem(s) in {rel} (not listed)", code=res.problems[-1].code)
+        ]
     for h in hostile[:20]:
         res.problems.append(v.Problem(v.CORRUPT, f"hostile record: {h}", code=v.HOSTILE_PICKLE))
     if len(hostile) > 20:
