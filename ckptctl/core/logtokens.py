@@ -15,11 +15,12 @@ from __future__ import annotations
 import ast
 import calendar
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from ckptctl.core import jsonsafe
 
 #: Longest line read; the rest of a longer line is ignored (a 200 MB line cannot cost more).
 MAX_LINE_CHARS = 65536
@@ -443,8 +444,8 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
     body = text[start : end + 1]
     if '"' in body:
         try:
-            doc = json.loads(body)  # accepts NaN / Infinity
-        except ValueError:
+            doc = jsonsafe.loads(body)  # accepts NaN / Infinity; a line nested 30,000 deep is no dict
+        except jsonsafe.JsonError:
             doc = None
         if isinstance(doc, dict):
             return doc, "jsonl"
