@@ -112,6 +112,17 @@ def test_self_referencing_link_is_one_problem_not_a_failed_root(run: Path) -> No
     assert (run / "step_10").is_dir() and not (run / "step_20").exists()
 
 
+@pytest.mark.parametrize("target", [".", "..", "/"])
+def test_link_to_a_folder_that_holds_it_is_a_loop(run: Path, target: str) -> None:
+    """Found by the fuzzer: ``step_30 -> .`` (the run root itself) was read as a checkpoint that
+    nests the root's own step directories, and located as step 30."""
+    os.symlink(target, run / "step_30")
+    doc = json.loads(ckptctl("list", str(run), "--json").stdout)
+    assert codes(by_name(doc)["step_30"]) == {"link-refused"}
+    r = ckptctl("locate", str(run))
+    assert r.returncode == 0 and r.stdout == f"{run / 'step_20'}\n", r.stderr
+
+
 def test_checkpoint_linked_from_outside_the_root_is_never_followed(real_step: Path, run: Path, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere" / "step_90"
     shutil.copytree(real_step, outside)

@@ -93,7 +93,8 @@ def inside(real: str, base_real: str) -> bool:
 def link_problem(path: str, base_real: str | None) -> str:
     """Why the symbolic link at ``path`` is not followed ('' when it may be).
 
-    A loop (``step_30 -> step_30``), or a target outside ``base_real`` (the resolved run root;
+    A loop (``step_30 -> step_30``, or a link to a folder holding it: ``step_30 -> ..``), or a
+    target outside ``base_real`` (the resolved run root;
     None: no confinement). A dangling link is no problem here: it reads as missing.
     """
     try:
@@ -102,9 +103,12 @@ def link_problem(path: str, base_real: str | None) -> str:
         if e.errno == errno.ELOOP:
             return "a symbolic link loop (not followed)"
         return ""
+    real = os.path.realpath(path)
+    if inside(os.path.realpath(os.path.dirname(path) or "."), real):
+        return "a symbolic link to a folder that holds it: a loop (not followed)"
     if base_real is None:
         return ""
-    if not inside(os.path.realpath(path), base_real):
+    if not inside(real, base_real):
         return "a symbolic link out of the run root (not followed)"
     return ""
 
