@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core import records
-from ckptctl.ops.checkpoints import verify_target
+from ckptctl.core.verify import records
+from ckptctl.runroot.locate import verify_target
 from ckptctl.runroot.reports import CheckOptions
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core import jsonsafe
-from ckptctl.core.losslog import LossLogParser
+from ckptctl.core.verify import jsonsafe
+from ckptctl.core.watch.losslog import LossLogParser
 
 REPO = Path(__file__).resolve().parent.parent
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -48,7 +48,7 @@ def test_deep_documents_are_one_clean_error(text: str) -> None:
 
 def test_limits_are_exact_and_errors_one_line() -> None:
     assert jsonsafe.loads("[" * 64 + "]" * 64) is not None
-    for bad, why in [(b"\xff{}", "not UTF-8"), ('{"a": 1' + "0" * 5000 + "}", ""), ("{\n\n", ""), ("", "")]:
+    for bad, why in [(b"\xff{}", "not UTF-8"), ('{"a": 1' + "0" * 5000 + "}", None), ("{\n\n", None), ("", None)]:
         with pytest.raises(jsonsafe.JsonError, match=why) as e:
             jsonsafe.loads(bad)
         assert "\n" not in str(e.value) and len(str(e.value)) <= 200
@@ -178,3 +178,26 @@ def test_deep_storage_options_are_a_one_line_error() -> None:
     assert [line for line in r.stderr.splitlines() if line.startswith("error:")] == [
         "error: CKPTCTL_STORAGE_OPTIONS is not valid JSON: nested deeper than 64 levels"
     ]
+
+
+@pytest.mark.parametrize("job_id", ["0", "1", "1" * 30, "\u00b2", "-5", "12a", ""])
+def test_a_local_job_id_that_is_no_pid_is_never_signalled(job_id: str) -> None:
+    """A job.json can be edited: job id "0" would signal ckptctl's own process group, a
+    30-digit one overflow os.kill, "\u00b2" pass str.isdigit and fail int()."""
+    from ckptctl.adapters.launch_result import LaunchError
+    from ckptctl.backends.local import LocalBackend, job_pid
+    from ckptctl.core.launch.job import JobRef
+
+    assert job_pid(job_id) is None
+    ref = JobRef(backend="local", job_id=job_id)
+    assert LocalBackend().state(ref).phase == "unknown"
+    with pytest.raises(LaunchError, match="a local job id is a process id"):
+        LocalBackend().cancel(ref)  # never os.killpg(0, SIGTERM)
+
+
+def test_a_real_pid_is_still_a_job() -> None:
+    from ckptctl.backends.local import LocalBackend, job_pid
+    from ckptctl.core.launch.job import JobRef
+
+    assert job_pid(str(os.getpid())) == os.getpid()
+    assert LocalBackend().state(JobRef(backend="local", job_id=str(os.getpid()))).phase == "running"

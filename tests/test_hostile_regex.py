@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from ckptctl.core import logtokens
-from ckptctl.core.losslog import LossLogParser
+from ckptctl.core.watch import logtokens
+from ckptctl.core.watch.losslog import LossLogParser
 
 #: A line is read at two lengths, 8x apart: a linear pattern costs about 8x more on the longer
 #: one, a quadratic one about 64x. Both are divided by the growth of a plain one-pass scan of
@@ -43,12 +43,12 @@ _ONE_PASS = re.compile(r"[\x00-\U0010ffff](?!)")
 #: Every module whose patterns read log lines (watch: tokens, dialects, events, CSV; classify:
 #: attribution, catalog, events, the prefilter; incidents; the log source reader).
 MODULES = (
-    "ckptctl.core.logtokens",
-    "ckptctl.core.losslog",
-    "ckptctl.core.logevents",
-    "ckptctl.core.logcsv",
-    "ckptctl.core.watch_resume",
-    "ckptctl.core.incidents",
+    "ckptctl.core.watch.logtokens",
+    "ckptctl.core.watch.losslog",
+    "ckptctl.core.watch.logevents",
+    "ckptctl.core.watch.logcsv",
+    "ckptctl.core.watch.resume",
+    "ckptctl.core.recover.incidents",
     "ckptctl.core.classify.attribution",
     "ckptctl.core.classify.catalog",
     "ckptctl.core.classify.events",
@@ -145,9 +145,9 @@ def _slow_cases(patterns: list[tuple[str, re.Pattern[str]]]) -> list[str]:
 
 
 PATTERN_GROUPS = {
-    "watch": ["ckptctl.core.logtokens", "ckptctl.core.losslog", "ckptctl.core.logevents", "ckptctl.core.logcsv",
-              "ckptctl.core.watch_resume"],
-    "classify": ["ckptctl.core.incidents", "ckptctl.core.classify.attribution", "ckptctl.core.classify.catalog",
+    "watch": ["ckptctl.core.watch.logtokens", "ckptctl.core.watch.losslog", "ckptctl.core.watch.logevents", "ckptctl.core.watch.logcsv",
+              "ckptctl.core.watch.resume"],
+    "classify": ["ckptctl.core.recover.incidents", "ckptctl.core.classify.attribution", "ckptctl.core.classify.catalog",
                  "ckptctl.core.classify.events", "ckptctl.core.classify.scan", "ckptctl.adapters.logs"],
 }  # fmt: skip
 
@@ -155,7 +155,7 @@ PATTERN_GROUPS = {
 def test_the_pattern_inventory_is_not_empty() -> None:
     """The walk finds the patterns (a refactor that hides them would make the test below vacuous)."""
     found = {m: len(list(_module_patterns(m))) for m in MODULES}
-    assert found["ckptctl.core.logtokens"] >= 10 and found["ckptctl.core.losslog"] >= 10, found
+    assert found["ckptctl.core.watch.logtokens"] >= 10 and found["ckptctl.core.watch.losslog"] >= 10, found
     assert found["ckptctl.core.classify.attribution"] >= 20, found
     assert len(_signature_patterns()) >= 50
     assert {m for group in PATTERN_GROUPS.values() for m in group} == set(MODULES)

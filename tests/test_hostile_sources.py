@@ -21,7 +21,7 @@ import pytest
 
 from ckptctl.adapters import metric_sources
 from ckptctl.adapters.follow import bounded_lines
-from ckptctl.core.crc import masked_crc32c
+from ckptctl.core.verify.crc import masked_crc32c
 from ckptctl.ops import watch as ops
 
 REPO = Path(__file__).resolve().parent.parent

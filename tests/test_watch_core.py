@@ -9,19 +9,18 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptctl.core.losslog import (
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.logtokens import clean_line
+from ckptctl.core.watch.losslog import (
     AUTO,
     FORMATS,
-    LogEvent,
     LossLogParser,
-    LossPoint,
     PatternError,
-    ResumeMarker,
-    clean_line,
     compile_pattern,
     parse_lines,
 )
-from ckptctl.core.watch import (
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     DIVERGED,
     INSUFFICIENT,
@@ -32,13 +31,10 @@ from ckptctl.core.watch import (
     VERDICTS,
     WatchConfig,
     WatchConfigError,
-    WatchSession,
-    analyze,
-    curvature_free_residuals,
-    fit_trend,
-    robust_spread,
-    select_rank,
 )
+from ckptctl.core.watch.resume import select_rank
+from ckptctl.core.watch.session import WatchSession
+from ckptctl.core.watch.stats import curvature_free_residuals, fit_trend, robust_spread
 
 # -- parsing: one line of each format ------------------------------------------------------
 
@@ -366,6 +362,7 @@ def run_log(
 ) -> list[LogEvent]:
     """ckptctl-train lines (rank 0) for a pre-failure run, a restart, and a resumed run."""
     rng = random.Random(seed)
+    batches: dict[int, float] = {}
 
     def noisy(step: int) -> float:
         z = rng.gauss(0, 1)
@@ -375,6 +372,9 @@ def run_log(
                 / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(3)) / 3)
                 / math.sqrt(3)
             )
+        # A re-run step trains on the same batch (a faithful resume): its noise, give or take
+        # a tenth for non-deterministic kernels.
+        z = batches[step] + 0.1 * z if step in batches else batches.setdefault(step, z)
         return level(step) * (1 + noise * z)
 
     lines = [f"ckptctl-train step={s} loss={noisy(s)!r} tokens_seen={s} lr=0.1 rank=0" for s in pre]
@@ -761,6 +761,8 @@ def test_verdict_names_are_the_documented_ones() -> None:
         "insufficient-data",
         "tokens-mismatch",
         "schedule-reset",
+        "data-position-mismatch",
+        "data-stream-reset",
     }
     assert "lightning-csv" in FORMATS
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ckptctl.adapters.storage import Storage
-from ckptctl.core import jsonsafe
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import CkptctlError, InputError, NotFoundError, StorageError
 
 STDIN = "-"

@@ -32,7 +32,7 @@ from typing import Any
 
 from ckptctl.adapters.follow import bounded_lines
 from ckptctl.adapters.tfrecord import RecordReader
-from ckptctl.core import logtokens as lt
+from ckptctl.core.watch import logtokens as lt
 from ckptctl.errors import InputError, UsageError
 
 TENSORBOARD = "tensorboard"

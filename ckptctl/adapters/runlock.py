@@ -56,10 +56,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.adapters.audit import STATE_DIR_NAME, current_actor
+from ckptctl.adapters.audit import current_actor
 from ckptctl.adapters.localfile import check_no_link_dirs
 from ckptctl.adapters.storage import Storage
-from ckptctl.core import jsonsafe
+from ckptctl.core.names import STATE_DIR_NAME
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import LockHeldError, NotFoundError, StorageError, StorageUnreachableError
 
 LOCK_NAME = "lock"
@@ -263,7 +264,7 @@ def _acquire(storage: Storage, root: str, operation: str) -> HeldLock:
         started=_now_iso(),
         operation=operation,
         token=uuid.uuid4().hex,
-        ckptctl_version=actor.tool_version,
+        ckptctl_version=actor.ckptctl_version,
         proc_start=_proc_start(actor.pid),
     )
     data = json.dumps(info.to_json(), ensure_ascii=True).encode() + b"\n"

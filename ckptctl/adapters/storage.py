@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import IO, Any, TypeVar, cast
 
 from ckptctl.adapters import localfile
-from ckptctl.adapters.localfile import LinkRefusedError, SpecialFileError, open_regular
-from ckptctl.core import jsonsafe
+from ckptctl.adapters.localfile import open_regular
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import CkptctlError, NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
@@ -39,7 +39,7 @@ ATTEMPTS = 2
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "STORAGE_TIMEOUT_ENV", "Entry",
-    "FileTooLargeError", "LinkRefusedError", "SpecialFileError", "Storage",
+    "FileTooLargeError", "Storage",
 ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Iterator
 
 from ckptctl.adapters.localfile import open_regular
-from ckptctl.core.crc import masked_crc32c
+from ckptctl.core.verify.crc import masked_crc32c
 
 #: The largest record read (a scalar event is ~50 bytes; images and histograms are KiBs to MiBs).
 MAX_RECORD_BYTES = 16 << 20

@@ -84,8 +84,8 @@ def launch_cmd(
 ) -> None:
     """Run the training job under torchrun elastic, supervised: output to the console and to
     a log file, Ctrl-C/SIGTERM forwarded to the job as SIGTERM, the job's exit code returned."""
-    from ckptctl.core.config import ConfigOverrides
-    from ckptctl.ops import launch as ops
+    from ckptctl.core.config.overrides import ConfigOverrides
+    from ckptctl.ops import launch as launch_ops
 
     words = list(command or [])
     overrides = ConfigOverrides(
@@ -101,25 +101,21 @@ def launch_cmd(
         script_args=tuple(words[1:]) if words else None,
         exclude_hosts=tuple(exclude_host or ()),
     )
-    cfg = ops.load_config(config, overrides)
-    plan = ops.prepare_launch(cfg, resume_from=ops.resolve_resume_from(cfg, resume_from))
+    cfg = launch_ops.load_config(config, overrides)
+    plan = launch_ops.prepare_launch(cfg, resume_from=launch_ops.resolve_resume_from(cfg, resume_from))
     for w in plan.warnings:
         out.warn(w)
 
     if dry_run:
-        batch = None
-        if cfg.launch.backend == "slurm":
-            # `ckptctl launch` runs torchrun here; recover would submit this script instead.
-            from ckptctl.ops.jobs import render_batch
-
-            batch = render_batch(cfg, plan)
+        # `ckptctl launch` runs torchrun here; recover would submit what the backend renders instead.
+        preview = launch_ops.preview_job(cfg, plan)
         if json_:
-            out.emit_json({"dry_run": True, **plan.to_json(), **({"slurm": batch.to_json()} if batch else {})})
+            out.emit_json({"dry_run": True, **plan.to_json(), **preview.to_json_section()})
         else:
             out.print_line(plan.display())
-            if batch is not None:
-                out.info("launch.backend is slurm: `ckptctl recover` submits this batch script:")
-                for line in batch.script.splitlines():
+            if preview.script is not None:
+                out.info(preview.script_note or "`ckptctl recover` submits this script:")
+                for line in preview.script.splitlines():
                     out.info("  " + line)
             for k, v in plan.env.items():
                 out.info(f"env: {k}={v}")
@@ -137,7 +133,7 @@ def launch_cmd(
     def started(supervisor: Supervisor) -> None:
         out.info(f"job pid {supervisor.pid}, log {supervisor.log_path}")
 
-    result = ops.run_launch(plan, on_output=console, on_start=started)
+    result = launch_ops.run_launch(plan, on_output=console, on_start=started)
     for n in result.notes:
         out.warn(n)
     if json_:

@@ -2,69 +2,44 @@
 
 ``recover`` walks the same plan with either ``DryEffects`` (show the drain command,
 render the launch or batch script, run nothing) or ``RealEffects`` (run the drain
-and audit it, start the job through its backend, record who owns it in the audit
-log and ``<root>/.ckptctl/job.json``). The walk has no ``if dry_run`` branches.
+and audit it, start the job through its backend (``backends.registry``), record who
+owns it in the audit log and the run root's active job (``runroot.state``, ``job.json``).
+The walk has no ``if dry_run`` branches.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan
+from ckptctl.adapters.audit import current_actor
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.backends import registry
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan
+from ckptctl.core.recover import decisions
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
-from ckptctl.runroot.lock import INHERITED_TOKEN_ENV, HeldLock
 from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.state import ActiveJob, write_active_job
 
 if TYPE_CHECKING:
-    from ckptctl.ops.jobs import JobRun
-
-#: The job the run root's last recovery started: ``<root>/.ckptctl/job.json`` (``ckptctl status``).
-JOB_FILE = "job.json"
+    from ckptctl.backends.base import JobRun
 
 
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobFile:
-    """``<root>/.ckptctl/job.json``: the job the last recovery started and who owns it.
-
-    The audit log's ``launch`` record carries the same fields but ``owner`` (its
-    ``user``/``host``/``pid`` say it). Keys are a contract (``ckptctl status``).
-    """
-
-    launch: audit.Launch
-
-    def to_json(self) -> dict[str, Any]:
-        rec = self.launch
-        return {
-            "backend": rec.backend,
-            "job_id": rec.job_id,
-            "script": rec.script,
-            "owner": {"user": rec.who.user, "host": rec.who.host, "pid": rec.who.pid},
-            "detached": rec.detached,
-            "started": rec.started,
-            "resume_from": rec.resume_from,
-            "log": rec.log,
-        }
-
-
 class Effects:
     dry = False
     held: HeldLock | None = None
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         raise NotImplementedError
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
@@ -74,20 +49,16 @@ class Effects:
 class DryEffects(Effects):
     dry = True
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         rec.report.drain.append(DrainRecord(command=cmd, executed=False))
         rec.log("drain", f"drain step (not executed, dry run): {shlex.join(cmd.argv)}")
         return None
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        if config.launch.backend == "slurm":
-            from ckptctl.ops.jobs import render_batch
-
-            batch = render_batch(config, plan)
-            rec.report.launch_plan = LaunchRecord(plan=plan, slurm=batch)
-            rec.log("launch", "would submit with " + shlex.join(batch.sbatch_argv) + ":\n" + batch.script.rstrip())
-        else:
-            rec.log("launch", "would run: " + shlex.join(plan.argv))
+        preview = registry.get(config.launch.backend).preview(config, plan)
+        if preview.section is not None:
+            rec.report.launch_plan = LaunchRecord(plan=plan, preview=preview)
+        rec.log("launch", preview.summary)
         rec.report.outcome = "dry-run"
         rec.report.reason = "dry run: the plan above would be carried out"
         return None
@@ -99,7 +70,7 @@ class RealEffects(Effects):
     def __init__(self, root: RunRoot, held: HeldLock | None, clock: Callable[[], datetime] = _utc_now) -> None:
         self.root, self.held, self.clock = root, held, clock
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         shown = shlex.join(cmd.argv)
         if not execute:
             rec.report.drain.append(DrainRecord(command=cmd, executed=False))
@@ -107,18 +78,18 @@ class RealEffects(Effects):
             return None
         outcome = steps.run_drain(cmd)
         rec.report.drain.append(outcome)
-        audit.write(self.root, audit.Drain(who=audit.Who.now(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
+        audit.write(self.root, audit.Drain(who=current_actor(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
         if outcome.failure is not None:
             return f"drain failed: {shown}: {outcome.failure}"
         rec.log("drain", f"drained: {shown}")
         return None
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        from ckptctl.ops.jobs import run_job
+        backend = registry.get(config.launch.backend)
 
         def on_submit(job_id: str, script: str | None) -> None:
             record = audit.Launch(
-                who=audit.Who.now(self.clock),
+                who=current_actor(self.clock),
                 backend=config.launch.backend,
                 job_id=job_id,
                 script=script,
@@ -127,12 +98,10 @@ class RealEffects(Effects):
                 resume_from=plan.resume_from,
             )
             audit.write(self.root, record)
-            self.root.storage.write_bytes(
-                audit.state_path(self.root, JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
-            )
+            write_active_job(self.root, ActiveJob.from_launch(record, attempt=kw.get("attempt")))
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 
-        return run_job(
+        return backend.run(
             config,
             plan,
             detach=kw["detach"],

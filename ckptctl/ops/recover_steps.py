@@ -16,19 +16,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import CapacityDecision
+from ckptctl.adapters.runlock import HeldLock
+from ckptctl.backends import registry
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import CapacityDecision
+from ckptctl.core.recover import decisions
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
     from ckptctl.ops.rollback import RollbackResult
-
-#: What the slurm backend asks when no ``recover.hosts_command`` is set (``slurm.usable_hosts``).
-SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
 
 
 class Narrator(Protocol):
@@ -39,7 +37,7 @@ class Narrator(Protocol):
     def log(self, stage: str, message: str, **data: Any) -> None: ...
 
 
-def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
+def run_drain(cmd: decisions.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
     """Run one drain command to the end (bounded by ``timeout_s``); how it went."""
     try:
         proc = subprocess.run(list(cmd.argv), capture_output=True, text=True, timeout=timeout_s)
@@ -91,12 +89,14 @@ def await_capacity(
     ``capacity_poll_s`` until enough hosts are healthy or ``capacity_timeout_s`` passes.
     A dry run asks once and never waits.
     """
-    from ckptctl.ops.launch import plan_capacity
+    from ckptctl.core.launch.plan import plan_capacity
 
     lc, rc = config.launch, config.recover
     command = rc.hosts_command
-    use_slurm = not command and lc.backend == "slurm"
-    asked: tuple[str, ...] = tuple(command) if command else (SINFO_USABLE if use_slurm else ())
+    backend = registry.get(lc.backend)
+    # Without a hosts_command, a backend with a scheduler asks it (slurm: sinfo).
+    scheduler_query = None if command else backend.hosts_query()
+    asked: tuple[str, ...] = tuple(command) if command else (scheduler_query or ())
     start = clock()
     checks = 0
     while True:
@@ -107,13 +107,10 @@ def await_capacity(
             except RuntimeError as e:
                 rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=str(e))
                 return None, f"capacity check failed: {e}"
-        elif use_slurm:
-            # The slurm backend asks Slurm itself (sinfo) when no hosts_command is set.
-            from ckptctl.adapters import slurm
-
+        elif scheduler_query:
             try:
-                hosts = slurm.usable_hosts()
-            except slurm.SlurmError as e:
+                hosts = backend.usable_hosts()
+            except CkptctlError as e:
                 rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=e.message)
                 return None, f"capacity check failed: {e.message}"
         else:
@@ -190,7 +187,7 @@ def feed_watch(watcher: Any, state: dict[str, Any], line: str) -> bool:
             return False
         state["verdict"] = res.verdict
         state["result"] = res.to_json()
-        return core.classify_verdict(res.verdict) == "bad"
+        return decisions.classify_verdict(res.verdict) == "bad"
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -217,8 +214,8 @@ def quarantine_bad_resume(
     the attempt has ended (the backends wait for it), so every complete checkpoint at a
     later step now was written by it and carries the same bad state.
     """
-    from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.rollback import rollback
+    from ckptctl.runroot.locate import find_latest_complete
 
     why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
     if step is not None:
@@ -247,7 +244,7 @@ def record_rollback(rec: Narrator, record: AttemptRecord, rb: RollbackResult, wh
     return True
 
 
-def cadence_section(root_url: str) -> dict[str, Any]:
+def cadence_section(root: RunRoot) -> dict[str, Any]:
     """RB-7's last check for the report: is the checkpoint interval still below the MTBF?
 
     Read-only (``ckptctl cadence``); a root it cannot measure gives the reason, never
@@ -256,6 +253,6 @@ def cadence_section(root_url: str) -> dict[str, Any]:
     from ckptctl.ops.cadence import cadence
 
     try:
-        return cadence(root_url).to_json()
+        return cadence(root).to_json()
     except CkptctlError as e:
         return {"error": e.message}

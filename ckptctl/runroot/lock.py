@@ -19,8 +19,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from ckptctl.adapters.audit import current_actor, utc_now
 from ckptctl.adapters.runlock import (
-    HOLD_ENV,
     INHERITED_TOKEN_ENV,
     HeldLock,
     LockInfo,
@@ -32,10 +32,6 @@ from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
 
 __all__ = [
-    "HOLD_ENV",
-    "INHERITED_TOKEN_ENV",
-    "HeldLock",
-    "LockInfo",
     "hold",
     "hold_for_pass",
     "holder",
@@ -48,7 +44,7 @@ def holder(root: RunRoot) -> LockInfo | None:
 
 
 @contextlib.contextmanager
-def hold(root: RunRoot, operation: str, *, clock: audit.Clock = audit.utc_now) -> Iterator[HeldLock]:
+def hold(root: RunRoot, operation: str, *, clock: audit.Clock = utc_now) -> Iterator[HeldLock]:
     """Hold the lock for the block; ``LockHeldError`` when someone else holds it."""
     with run_lock(root.storage, root.path, operation=operation) as held:
         if held.broke_stale is not None:
@@ -74,7 +70,7 @@ def _log_broken(root: RunRoot, stale: LockInfo, clock: audit.Clock) -> None:
     audit.write(
         root,
         audit.BreakLock(
-            who=audit.Who.now(clock),
+            who=current_actor(clock),
             root=root.url,
             reason=f"stale lock: holder pid {stale.pid} on {stale.host} is gone",
             stale_lock=stale.to_json(),

@@ -137,7 +137,7 @@ def test_fuzz_framework_pickle_globals(
 
 
 def _tb_record(data: bytes) -> bytes:
-    from ckptctl.core.crc import masked_crc32c
+    from ckptctl.core.verify.crc import masked_crc32c
 
     head = struct.pack("<Q", len(data))
     return head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", masked_crc32c(data))

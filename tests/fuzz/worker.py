@@ -25,13 +25,13 @@ def _metadata(path: str) -> str:
 
 
 def _verify(path: str, deep: bool = False) -> str:
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     return verify_checkpoint(path, deep=deep).status
 
 
 def _record(path: str) -> str:
-    from ckptctl.core.records import check_record
+    from ckptctl.core.verify.records import check_record
 
     findings, _ = check_record(Path(path).read_bytes())
     return "problems" if findings.problems or findings.hostile else "clean"
@@ -46,7 +46,7 @@ def _config(path: str) -> str:
 
 def _losslog(path: str) -> str:
     from ckptctl.adapters.follow import LineReader  # watch's reader: file -> lines -> events
-    from ckptctl.core.losslog import LossLogParser
+    from ckptctl.core.watch.losslog import LossLogParser
 
     parser = LossLogParser()
     events = 0
@@ -64,7 +64,8 @@ def _classify(path: str) -> str:
 
 def _verify_any(path: str) -> str:
     """Deep verify of a checkpoint directory or a single framework file: status and problem codes."""
-    from ckptctl.ops.checkpoints import CheckOptions, verify_target
+    from ckptctl.runroot.locate import verify_target
+    from ckptctl.runroot.reports import CheckOptions
 
     doc = verify_target(path, options=CheckOptions(deep=True)).to_json()
     first = doc["checkpoints"][0] if doc["checkpoints"] else {}
@@ -83,10 +84,10 @@ def _watch(path: str) -> str:
 def _root(path: str) -> str:
     """Every read-only command over a run root: list, locate, a rollback dry run, audit, lock, status."""
     from ckptctl.adapters.runlock import read_lock
-    from ckptctl.ops.checkpoints import find_latest_complete, list_checkpoints
     from ckptctl.ops.rollback import rollback
     from ckptctl.ops.status import run_incidents, run_status
     from ckptctl.runroot import audit
+    from ckptctl.runroot.locate import find_latest_complete, list_checkpoints
     from ckptctl.runroot.root import RunRoot
 
     list_checkpoints(path)
@@ -102,7 +103,7 @@ def _root(path: str) -> str:
 
 
 def _json(path: str) -> str:
-    from ckptctl.core import jsonsafe
+    from ckptctl.core.verify import jsonsafe
 
     return type(jsonsafe.loads(Path(path).read_bytes())).__name__
 
@@ -138,8 +139,8 @@ def run_one(target: str, path: str) -> dict[str, Any]:
     own: tuple[type[BaseException], ...] = (CkptctlError,)
     try:
         from ckptctl.adapters.dcp_metadata import MetadataError
-        from ckptctl.core.jsonsafe import JsonError
-        from ckptctl.core.records import RecordFormatError
+        from ckptctl.core.verify.jsonsafe import JsonError
+        from ckptctl.core.verify.records import RecordFormatError
 
         own = (*own, MetadataError, RecordFormatError, JsonError)
     except ImportError:
