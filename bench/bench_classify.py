@@ -235,7 +235,9 @@ def to_ere(pattern: str) -> str:
         c = pattern[i]
         if c == "\\":
             e = pattern[i + 1]
-            if e in _ESCAPES:
+            if e == "A":
+                out.append("^")  # grep matches lines: the start of the line
+            elif e in _ESCAPES:
                 out.append(_ESCAPES[e])
             elif e.isalnum():
                 raise ValueError(f"unsupported escape \\{e} in {pattern!r}")
@@ -277,6 +279,9 @@ def to_ere(pattern: str) -> str:
         elif c == "(" and pattern.startswith("(?:", i):
             out.append("(")
             i += 3
+        elif c == "(" and pattern.startswith("(?>", i):
+            out.append("(")  # atomic (a linear shape of the same pattern): same set of matching lines
+            i += 3
         elif c == "(" and pattern.startswith("(?P<", i):
             out.append("(")
             i = pattern.index(">", i) + 1
@@ -291,6 +296,9 @@ def to_ere(pattern: str) -> str:
             raise ValueError(f"unsupported group in {pattern!r}")
         elif c in "*+?}" and i + 1 < n and pattern[i + 1] == "?":
             out.append(c)  # lazy quantifier: same set of matching lines
+            i += 2
+        elif c in "*+?}" and i + 1 < n and pattern[i + 1] == "+":
+            out.append(c)  # possessive, where the catalog uses it: same set of matching lines
             i += 2
         elif ignore_case and c.isalpha():
             out.append(f"[{c.lower()}{c.upper()}]")

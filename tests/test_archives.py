@@ -33,11 +33,15 @@ def test_hostile_global_in_a_side_file_is_reported_and_not_run(tmp_path: Path) -
     quick = archives.check_torch_zip(storage, path, f.stat().st_size, shown=f.name, want_top=True)
     assert quick.problems == []  # structure is fine: only the deep scan reads globals
     deep = archives.check_torch_zip(storage, path, f.stat().st_size, shown=f.name, deep=True,
-                                    allowed_modules=("transformers.",))
+                                    writer_globals=frozenset({("transformers.training_args", "TrainingArguments")}))
     assert [p.code for p in deep.problems] == ["hostile-pickle"]
     assert "os.system" in deep.problems[0].message
+    # exact (module, name) pairs: another name of the module is no pass
+    near = archives.check_torch_zip(storage, path, f.stat().st_size, shown=f.name, deep=True,
+                                    writer_globals=frozenset({("os", "getcwd")}))
+    assert [p.code for p in near.problems] == ["hostile-pickle"]
     trusted = archives.check_torch_zip(storage, path, f.stat().st_size, shown=f.name, deep=True,
-                                       allowed_modules=("os.",))
+                                       writer_globals=frozenset({("os", "system")}))
     assert trusted.problems == [] and "writer's own classes" in trusted.notes[0]
 
 

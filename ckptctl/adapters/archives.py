@@ -19,15 +19,17 @@ from typing import Any
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import jsonsafe
 from ckptctl.core.verify import safetensors as st
 from ckptctl.core.verify.crc import crc32_combine
-from ckptctl.core.verify.pickle_walk import Opaque, PickleWalkError, walk
+from ckptctl.core.verify.pickle_walk import Opaque, PickleTooLargeError, PickleWalkError, walk
 from ckptctl.core.verify.records import (
+    MAX_INFLATE_RATIO,
     TAIL_READ_BYTES,
-    HostileGlobal,
     Member,
     RecordFindings,
     RecordFormatError,
+    ZipDirectoryRefusedError,
     check_member_crc,
     data_offset,
     parse_directory,
@@ -87,7 +89,7 @@ def check_torch_zip(
     deep: bool = False,
     want_top: bool = False,
     allowed_globals: frozenset[str] = frozenset(),
-    allowed_modules: tuple[str, ...] = (),
+    writer_globals: frozenset[tuple[str, str]] = frozenset(),
 ) -> FileCheck:
     """Check a ``torch.save`` archive: structure always, CRCs and the pickle scan with ``deep``."""
     res = FileCheck()
@@ -111,7 +113,9 @@ def check_torch_zip(
         try:
             members = _directory(storage, path, size, res)
         except RecordFormatError as e:
-            res.corrupt(shown, f"{e} (cut short or damaged: a torch.save archive ends with its member table)")
+            why = "" if isinstance(e, ZipDirectoryRefusedError) else \
+                " (cut short or damaged: a torch.save archive ends with its member table)"
+            res.corrupt(shown, f"{e}{why}")
             return res
         bad = [m.name for m in members if m.local_header_offset + 30 + len(m.name.encode()) + m.compressed_size > size]
         if bad:
@@ -122,7 +126,7 @@ def check_torch_zip(
             res.corrupt(shown, "no data.pkl member (not a torch.save archive)")
             return res
         if deep:
-            _deep_members(storage, path, members, res, shown, allowed_globals, allowed_modules, want_top)
+            _deep_members(storage, path, members, res, shown, allowed_globals, writer_globals, want_top)
         elif want_top:
             data = _member_bytes(storage, path, pkl, res, shown)
             if data is not None:
@@ -135,18 +139,22 @@ def check_torch_zip(
 
 
 def _inflate(raw: bytes) -> bytes:
-    """Raw deflate, capped: a crafted member cannot expand without bound."""
-    cap = MAX_PICKLE_BYTES
+    """Raw deflate, capped by size and by ratio (torch.save never deflates: a 20 KB member that
+    inflates to 20 MB of opcodes is refused, not walked)."""
+    cap = min(MAX_PICKLE_BYTES, max(len(raw), 1) * MAX_INFLATE_RATIO)
     d = zlib.decompressobj(-15)
     out = d.decompress(raw, cap)
     if d.unconsumed_tail:
-        raise zlib.error(f"inflates past {cap} bytes")
+        raise zlib.error(f"inflates past {cap} bytes (caps: {MAX_PICKLE_BYTES >> 20} MiB, {MAX_INFLATE_RATIO}x)")
     return out
 
 
 def _walk(data: bytes, res: FileCheck, shown: str) -> Any:
     try:
         return walk(data)
+    except PickleTooLargeError as e:
+        res.notes.append(f"{shown}: data.pkl not walked for its keys ({e})")
+        return None
     except PickleWalkError as e:
         res.corrupt(shown, f"data.pkl: {e}")
         return None
@@ -177,7 +185,7 @@ def _deep_members(
     res: FileCheck,
     shown: str,
     allowed_globals: frozenset[str],
-    allowed_modules: tuple[str, ...],
+    writer_globals: frozenset[tuple[str, str]],
     want_top: bool,
 ) -> None:
     findings = RecordFindings()
@@ -212,7 +220,7 @@ def _deep_members(
                     continue
                 check_member_crc(m, fast_crc32(data, 0), findings)
                 if want_pkl:
-                    scan_pickle(data, findings, m.name, allowed_globals)
+                    scan_pickle(data, findings, m.name, allowed_globals, writer_globals)
                     if want_top:
                         res.top = _walk(data, res, shown)
             else:
@@ -230,24 +238,21 @@ def _deep_members(
                 check_member_crc(m, crc, findings)
             pos = start + m.compressed_size
     res.members_checked += findings.members_checked
-    for found in findings.problems:
+    for found in findings.listed():
         res.corrupt(shown, found.message, code=found.code)
-    hostile = [h for h in findings.hostile if not _trusted(h, allowed_modules)]
+    hostile = findings.hostile
     for h in hostile[:5]:
         res.problems.append(v.Problem(v.CORRUPT, f"hostile pickle in {shown}: {h}", code=v.HOSTILE_PICKLE))
     if len(hostile) > 5:
         res.problems.append(
             v.Problem(v.CORRUPT, f"... and {len(hostile) - 5} more hostile globals in {shown}", code=v.HOSTILE_PICKLE)
         )
-    trusted = len(findings.hostile) - len(hostile)
-    if trusted:
-        res.notes.append(f"{shown}: {trusted} pickle global(s) of the writer's own classes (loading runs them)")
+    if findings.writer_globals:
+        res.notes.append(f"{shown}: {len(findings.writer_globals)} pickle global(s) of the writer's own classes "
+                         f"(loading runs them): {', '.join(sorted(findings.writer_globals)[:4])}"
+                         + (" ..." if len(findings.writer_globals) > 4 else ""))
     if findings.members_without_crc:
         res.notes.append(f"{shown}: {findings.members_without_crc} member(s) carry no CRC-32")
-
-
-def _trusted(finding: HostileGlobal, modules: tuple[str, ...]) -> bool:
-    return any(finding.name.startswith(m) for m in modules)
 
 
 def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[FileCheck, Any]:
@@ -263,8 +268,8 @@ def check_json(storage: Storage, path: str, size: int, *, shown: str) -> tuple[F
         res.problems.append(v.Problem(v.INCOMPLETE, f"cannot read {shown}: {e.message}", code=v.READ_FAILED))
         return res, None
     try:
-        return res, json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        return res, jsonsafe.loads(data, max_bytes=MAX_JSON_BYTES)
+    except jsonsafe.JsonError as e:
         what = "empty" if not data else f"does not parse as JSON ({e})"
         res.corrupt(shown, what)
         return res, None

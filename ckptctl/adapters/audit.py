@@ -24,6 +24,7 @@ from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import STATE_DIR_NAME
 from ckptctl.core.rollback.model import Who
+from ckptctl.core.verify import jsonsafe
 
 __all__ = [
     "AUDIT_LOG_NAME",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 AUDIT_LOG_NAME = "audit.jsonl"
+#: A record is under 2 KiB; a longer line is not one (skipped as unreadable, never parsed).
+_MAX_RECORD_CHARS = 1 << 20
 
 
 def state_dir(storage: Storage, root: str) -> str:
@@ -105,12 +108,12 @@ def read_log(storage: Storage, root: str) -> AuditLog:
     if storage.info(path) is None:
         return log
     log.exists = True
-    for raw in storage.read_bytes(path).decode("utf-8", "replace").splitlines():
+    for raw in storage.read_bytes(path, nofollow=True).decode("utf-8", "replace").splitlines():
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
-        except ValueError:
+            rec = jsonsafe.loads(raw, max_bytes=_MAX_RECORD_CHARS, allow_nan=False)
+        except jsonsafe.JsonError:
             log.num_unreadable += 1
             continue
         if isinstance(rec, dict):

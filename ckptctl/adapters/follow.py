@@ -34,6 +34,8 @@ from ckptctl.errors import UsageError
 
 #: Bytes read per request.
 CHUNK_BYTES = 1 << 20
+#: Characters read per call while skipping the rest of an over-long text line.
+CHUNK_CHARS = 1 << 20
 STDIN = "-"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -163,8 +165,8 @@ class LineReader:
 
         def pump() -> None:
             try:
-                for line in stream:
-                    lines.put(line[:MAX_LINE_CHARS].rstrip("\n"))
+                for line in bounded_lines(stream):
+                    lines.put(line)
             finally:
                 lines.put(None)
 
@@ -184,6 +186,23 @@ class LineReader:
                 yield None
             if self._expired():
                 return
+
+
+def bounded_lines(stream: IO[str], max_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of a text stream (terminator removed), each cut at ``max_chars`` BEFORE it is
+    read whole: the rest of an over-long line is read and dropped a chunk at a time, so a
+    1.5 GiB line without a newline costs a chunk of memory, never the line."""
+    while True:
+        line = stream.readline(max_chars + 1)
+        if not line:
+            return
+        if len(line) > max_chars and not line.endswith("\n"):
+            line = line[:max_chars]
+            while True:  # skip to the end of this line
+                rest = stream.readline(CHUNK_CHARS)
+                if not rest or rest.endswith("\n"):
+                    break
+        yield line.rstrip("\n").removesuffix("\r")
 
 
 def _chunks(f: IO[bytes], first: bytes) -> Iterator[bytes]:

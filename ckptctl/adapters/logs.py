@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import gzip
-import json
 import os
 import posixpath
 import re
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ckptctl.adapters.storage import Storage
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import CkptctlError, InputError, NotFoundError, StorageError
 
 STDIN = "-"
@@ -477,8 +477,8 @@ def _error_file_blocks(source: LogSource, reader: Any) -> Iterator[Block]:
     text = ""
     if len(data) <= MAX_ERROR_FILE_BYTES:
         try:
-            doc = json.loads(data.decode("utf-8", errors="replace"))
-        except ValueError:
+            doc = jsonsafe.loads(data.decode("utf-8", errors="replace"), max_bytes=MAX_ERROR_FILE_BYTES)
+        except jsonsafe.JsonError:
             doc = None
         text = _error_file_text(doc)
     if not text:  # not an error file after all: an ordinary log that happens to be JSON

@@ -7,8 +7,9 @@ path is; ``read_lines(path, kind, metric=...)`` turns its scalars into JSON line
 reader takes like any JSON-lines log, so the judgement is the same.
 
 * TensorBoard: an ``events.out.tfevents.*`` file, or a directory holding them
-  (searched 3 levels deep), read with TensorBoard's own ``EventFileLoader`` (the
-  ``tensorboard`` package, optional extra ``ckptctl[tensorboard]``). Files are read
+  (searched 3 levels deep), framed by ``adapters.tfrecord`` (every length and CRC-32C
+  checked; damage reported, never skipped silently) and parsed with TensorBoard's
+  ``Event`` message (the ``tensorboard`` package, optional extra ``ckptctl[tensorboard]``). Files are read
   oldest first; each later file is a new writer process, i.e. a restart, and is
   announced by a restore marker line so the resume is found even when the step
   counter carries on.
@@ -25,9 +26,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import struct
 from collections.abc import Iterator
 from typing import Any
 
+from ckptctl.adapters.follow import bounded_lines
+from ckptctl.adapters.tfrecord import RecordReader
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.errors import InputError, UsageError
 
@@ -79,12 +83,26 @@ def _event_files(root: str, depth: int = 3) -> list[str]:
     return sorted(found, key=lambda f: (os.path.basename(f), f))
 
 
-def read_lines(path: str, kind: str, *, metric: str | None = None) -> Iterator[str]:
-    """JSON lines of the source's scalars (see the module docstring)."""
+def read_lines(
+    path: str,
+    kind: str,
+    *,
+    metric: str | None = None,
+    damage: list[str] | None = None,
+    notes: list[str] | None = None,
+) -> Iterator[str]:
+    """JSON lines of the source's scalars (see the module docstring).
+
+    ``damage`` receives what could not be read in the middle of a source (a record that fails
+    its CRC, a header past which nothing can be framed, a payload that is no event): the
+    verdict must not pass over it. ``notes``: facts that change nothing (a last record cut short).
+    """
     p = _local(path)
+    damage = [] if damage is None else damage
+    notes = [] if notes is None else notes
     if kind == TENSORBOARD:
         files = [p] if os.path.isfile(p) else _event_files(p)
-        runs = [_read_tensorboard(f) for f in files]
+        runs = [_read_tensorboard(f, damage, notes) for f in files]
     elif kind == MLFLOW:
         runs = [_read_mlflow(p)]
     else:
@@ -125,30 +143,32 @@ def _loss_tag(tags: list[str], metric: str | None, path: str) -> str:
     return best[1]
 
 
-def _read_tensorboard(file: str) -> list[tuple[int, dict[str, float]]]:
+def _read_tensorboard(file: str, damage: list[str], notes: list[str]) -> list[tuple[int, dict[str, float]]]:
+    """Scalars of one event file, framed by ``adapters.tfrecord`` (every length and CRC checked;
+    what could not be read goes to ``damage``), parsed with TensorBoard's ``Event`` message."""
     try:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-        from tensorboard.util import tensor_util
+        from google.protobuf.message import DecodeError
+        from tensorboard.compat.proto.event_pb2 import Event
     except ImportError as e:
         raise InputError(
             f"{file}: reading TensorBoard event files needs the tensorboard package",
             hint="pip install 'ckptctl[tensorboard]' (or export the scalars as CSV and watch that)",
         ) from e
     by_step: dict[int, dict[str, float]] = {}
-    count = 0
+    count = undecodable = 0
+    reader = RecordReader(file)
     try:
-        for event in EventFileLoader(file).Load():
+        for data in reader:
+            try:
+                event = Event.FromString(data)
+            except (DecodeError, ValueError, RecursionError):
+                undecodable += 1
+                continue
             if not event.HasField("summary"):
                 continue
             for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    number = float(value.simple_value)
-                elif value.HasField("tensor") and value.tensor.dtype in (1, 2):  # DT_FLOAT, DT_DOUBLE
-                    arr = tensor_util.make_ndarray(value.tensor)
-                    if arr.size != 1:
-                        continue
-                    number = float(arr.reshape(-1)[0])
-                else:
+                number = _scalar(value)
+                if number is None:
                     continue
                 point = by_step.setdefault(int(event.step), {})
                 point[value.tag] = number
@@ -156,9 +176,40 @@ def _read_tensorboard(file: str) -> list[tuple[int, dict[str, float]]]:
                 count += 1
                 if count > MAX_POINTS:
                     raise InputError(f"{file}: more than {MAX_POINTS:,} scalar points; give one run's file")
-    except (OSError, ValueError) as e:
-        raise InputError(f"{file}: not a readable TensorBoard event file ({e})") from e
+    except OSError as e:
+        raise InputError(f"{file}: not a readable TensorBoard event file ({e.strerror or e})") from e
+    if undecodable:
+        damage.append(f"{os.path.basename(file)}: {undecodable} record(s) are not TensorBoard events (skipped)")
+    damage.extend(reader.damage)
+    notes.extend(reader.notes)
     return list(by_step.items())
+
+
+#: TensorFlow's DT_FLOAT and DT_DOUBLE.
+_DT_FLOAT, _DT_DOUBLE = 1, 2
+
+
+def _scalar(value: Any) -> float | None:
+    """A summary value's number: ``simple_value``, or a float/double tensor of exactly one element.
+
+    The tensor's declared shape is checked before anything is read (a shape of [2**31] is no
+    scalar: skipped, never allocated); the number comes from ``float_val``/``double_val`` or
+    the 4/8 bytes of ``tensor_content``.
+    """
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    if not value.HasField("tensor") or value.tensor.dtype not in (_DT_FLOAT, _DT_DOUBLE):
+        return None
+    t = value.tensor
+    if len(t.tensor_shape.dim) > 8 or any(d.size != 1 for d in t.tensor_shape.dim):
+        return None  # not one element
+    if t.dtype == _DT_FLOAT:
+        if t.float_val:
+            return float(t.float_val[0])
+        return struct.unpack("<f", t.tensor_content)[0] if len(t.tensor_content) == 4 else None
+    if t.double_val:
+        return float(t.double_val[0])
+    return struct.unpack("<d", t.tensor_content)[0] if len(t.tensor_content) == 8 else None
 
 
 def _read_mlflow(path: str) -> list[tuple[int, dict[str, float]]]:
@@ -174,8 +225,8 @@ def _read_mlflow(path: str) -> list[tuple[int, dict[str, float]]]:
             continue  # a FIFO or device is never opened
         tag = os.path.relpath(f, root).replace(os.sep, "/")
         with open(f, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line[: lt.MAX_LINE_CHARS].split()
+            for line in bounded_lines(fh):  # cut before a line is read whole
+                parts = line.split()
                 if len(parts) < 2:
                     continue
                 value = lt.parse_float(parts[1])

@@ -57,8 +57,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters.audit import current_actor
+from ckptctl.adapters.localfile import check_no_link_dirs
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import STATE_DIR_NAME
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import LockHeldError, NotFoundError, StorageError, StorageUnreachableError
 
 LOCK_NAME = "lock"
@@ -69,6 +71,10 @@ _HOLD_MAX_S = 60.0
 #: Protocols whose object store honours S3's ``If-None-Match: *`` through s3fs.
 _CONDITIONAL_PUT_PROTOCOLS = frozenset({"s3", "s3a"})
 _GUARD_WAIT_S = 2.0
+#: The largest pid any kernel hands out (Linux: 2**22); a bigger one is no process.
+_MAX_PID = 2**31 - 1
+#: A lock file is ~300 bytes; a bigger one is not ckptctl's (refused, not read whole).
+_MAX_LOCK_BYTES = 64 << 10
 #: Set by ``ckptctl recover`` for the job it launches: the token of the lock recover holds.
 #: The job's own retention (``ckptctl.training``) then knows the holder is its supervisor.
 INHERITED_TOKEN_ENV = "CKPTCTL_RUN_LOCK_TOKEN"
@@ -114,9 +120,12 @@ class LockInfo:
     def parse(cls, data: bytes) -> LockInfo | None:
         """None when the bytes are not a lock file ckptctl wrote."""
         try:
-            obj = json.loads(data.decode("utf-8"))
+            obj = jsonsafe.loads(data, max_bytes=_MAX_LOCK_BYTES, allow_nan=False)
+            pid = jsonsafe.bounded_int(obj["pid"], lo=0, hi=_MAX_PID)
+            if pid is None:  # a 30-digit, negative, float or infinite pid: not a lock ckptctl wrote
+                return None
             return cls(
-                pid=int(obj["pid"]),
+                pid=pid,
                 host=str(obj["host"]),
                 user=str(obj.get("user", "?")),
                 started=str(obj.get("started", "?")),
@@ -308,7 +317,9 @@ def _release(storage: Storage, held: HeldLock) -> None:
 
 def _read(storage: Storage, path: str) -> bytes | None:
     try:
-        return storage.read_bytes(path)
+        # a ranged read: a huge file named `lock` is read no further than a lock could be long
+        # (and then is no ckptctl lock: the refusal names it)
+        return storage.read_bytes(path, 0, _MAX_LOCK_BYTES + 1, nofollow=True)
     except NotFoundError:
         return None
 
@@ -389,6 +400,7 @@ def _create_local(path: str, data: bytes, token: str) -> str | None:
     Filesystems without hard links fall back to ``O_EXCL``.
     """
     tmp = f"{path}.{token}.tmp"
+    check_no_link_dirs(path, None)  # `.ckptctl` itself a link: never create through it
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

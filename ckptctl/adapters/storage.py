@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import posixpath
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
-from ckptctl.adapters import ranges
+from ckptctl.adapters import localfile, ranges
 from ckptctl.adapters.localfile import open_regular
-from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
+from ckptctl.core.verify import jsonsafe
+from ckptctl.errors import CkptctlError, NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
 
@@ -31,15 +31,17 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: The most ``read_bytes`` reads of a whole file (``.metadata``, manifests, pointer files):
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
-
+#: Seconds an object store may take to accept a connection, and to answer each read (S3).
+STORAGE_TIMEOUT_ENV = "CKPTCTL_STORAGE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 10.0
+#: Attempts per request (botocore) and per call (s3fs's own loop): a store that never answers
+#: costs at most about ``ATTEMPTS**2`` timeouts per call, then a one-line error (was 415 s).
+ATTEMPTS = 2
 
 __all__ = [
-    "MAX_WHOLE_READ_BYTES",
-    "STORAGE_OPTIONS_ENV",
-    "Entry",
-    "FileTooLargeError",
-    "Storage",
-]
+    "DEFAULT_TIMEOUT_S", "MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "STORAGE_TIMEOUT_ENV", "Entry",
+    "FileTooLargeError", "Storage",
+]  # fmt: skip
 
 
 class FileTooLargeError(StorageError):
@@ -58,6 +60,9 @@ class Entry:
     size_bytes: int
     mtime_s: float | None
     """Modification time (POSIX seconds), when the backend reports one."""
+    link_problem: str = ""
+    """Local only: why this symbolic link is not followed (a loop, a target out of the run
+    root); '' for any other entry. Such an entry is never read."""
 
 
 def _mtime_of(info: dict[str, Any]) -> float | None:
@@ -88,8 +93,66 @@ def _is_connection_error(exc: BaseException) -> bool:
             "ServerDisconnectedError",
             "ConnectTimeoutError",
             "ConnectionRefusedError",
+            "ConnectionResetError",
+            "ReadTimeoutError",
+            "FSTimeoutError",
+            "TimeoutError",
+            "IncompleteRead",
+            "ResponseStreamingError",
+            "ClientPayloadError",
         }
     )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def timeout_s() -> float:
+    """The object-store client timeout (``CKPTCTL_STORAGE_TIMEOUT_S``, default ``DEFAULT_TIMEOUT_S``)."""
+    raw = os.environ.get(STORAGE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise StorageError(f"{STORAGE_TIMEOUT_ENV}={raw[:40]!r}: give seconds between 0 and 3600")
+    return value
+
+
+def _with_timeouts(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    """S3: connect and read timeouts and bounded retries, unless the options set their own."""
+    if protocol not in ("s3", "s3a"):
+        return options
+    timeout = timeout_s()
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", timeout)
+    config.setdefault("read_timeout", timeout)
+    config.setdefault("retries", {"total_max_attempts": ATTEMPTS, "mode": "standard"})
+    return {**options, "config_kwargs": config}
+
+
+class _GuardedReader:
+    """A remote file whose reads map backend errors like every other call (a store that dies
+    during ``--deep`` is a one-line error, not a traceback)."""
+
+    def __init__(self, storage: Storage, path: str, f: Any) -> None:
+        self._storage, self._path, self._f = storage, path, f
+
+    def read(self, n: int = -1) -> bytes:
+        return self._storage._call("read", self._path, lambda: self._f.read(n))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._storage._call("read", self._path, lambda: self._f.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class Storage:
@@ -98,6 +161,10 @@ class Storage:
     def __init__(self, fs: Any, protocol: str) -> None:
         self._fs = fs
         self.protocol = protocol
+        self.confined_to: str | None = None
+        """Local: the directory a command was pointed at (as named); nothing under it is read
+        through a symbolic link that leads out of it (``open_directory`` sets it)."""
+        self._confined_real: str | None = None
 
     @property
     def fs(self) -> Any:
@@ -120,20 +187,23 @@ class Storage:
         options: dict[str, Any] = {}
         if env_options:
             try:
-                options = json.loads(env_options)
-            except ValueError as e:
+                options = jsonsafe.loads(env_options, max_bytes=1 << 20)
+            except jsonsafe.JsonError as e:
                 raise StorageError(f"{STORAGE_OPTIONS_ENV} is not valid JSON: {e}") from e
+            if not isinstance(options, dict):
+                raise StorageError(f"{STORAGE_OPTIONS_ENV} must be a JSON object of fsspec options")
         options.update(storage_options)
         if url.startswith("file://") or ("://" not in url and "::" not in url):
             # a local path: what fsspec's local file system would make of it, without fsspec
             local = url.removeprefix("file://")
             return cls(None, "file"), os.path.abspath(os.path.expanduser(local)).rstrip("/") or "/"
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        options = _with_timeouts(protocol, options)
         try:
             import fsspec.core
             from fsspec.registry import known_implementations
         except ImportError as e:  # pragma: no cover - fsspec is a hard dependency
             raise StorageError(f"fsspec is not installed: {e}") from e
-        protocol = url.split("://", 1)[0] if "://" in url else "file"
         if protocol not in known_implementations and protocol != "file":
             raise StorageError(f"unknown storage protocol {protocol!r} in {url!r}")
         try:
@@ -145,6 +215,8 @@ class Storage:
             ) from e
         except (ValueError, TypeError) as e:
             raise StorageError(f"cannot open {url!r}: {e}") from e
+        if protocol in ("s3", "s3a") and "retries" not in fs.__dict__:
+            fs.retries = ATTEMPTS  # s3fs's own retry loop around botocore's (default 5)
         if protocol == "file":
             path = os.path.abspath(os.path.expanduser(path))
         return cls(fs, protocol), path.rstrip("/") or "/"
@@ -158,7 +230,17 @@ class Storage:
             raise NotFoundError(f"{url}: no such directory", hint="check the run root path or URL")
         if not info.is_dir:
             raise StorageError(f"{url}: is a file, expected a directory (a run root or a checkpoint)")
+        storage.confine(path)
         return storage, path
+
+    def confine(self, path: str) -> None:
+        """Local storage: never follow a link from under ``path`` to outside it (reads, listings)."""
+        if self.is_local:
+            self.confined_to, self._confined_real = path, os.path.realpath(path)
+
+    def _check_read(self, path: str) -> None:
+        if self.confined_to is not None and self._confined_real is not None:
+            localfile.check_confined(path, self.confined_to, self._confined_real)
 
     # -- naming ---------------------------------------------------------------------
 
@@ -201,20 +283,24 @@ class Storage:
             if e.errno == errno.ELOOP:
                 raise StorageError(f"{self.url(path)}: too many levels of symbolic links") from e
             if _is_connection_error(e):
-                raise StorageUnreachableError(
-                    f"{self.url(path)}: storage endpoint unreachable ({e})",
-                    hint="check the endpoint URL and that the object store is up",
-                ) from e
+                raise self._unreachable(path, what, e) from e
             raise StorageError(f"{self.url(path)}: {what} failed: {e.strerror or e}") from e
         except Exception as e:
             if _is_connection_error(e):
-                raise StorageUnreachableError(
-                    f"{self.url(path)}: storage endpoint unreachable ({type(e).__name__})",
-                    hint="check the endpoint URL and that the object store is up",
-                ) from e
+                raise self._unreachable(path, what, e) from e
             if type(e).__name__ in {"NoCredentialsError", "ClientError", "PartialCredentialsError"}:
-                raise StorageError(f"{self.url(path)}: {what} refused: {e}") from e
-            raise
+                raise StorageError(f"{self.url(path)}: {what} refused: {_first_line(e)}") from e
+            if self.is_local or isinstance(e, CkptctlError):
+                raise
+            # any other failure inside an object-store client: still one line and its exit code
+            raise StorageError(f"{self.url(path)}: {what} failed ({type(e).__name__}: {_first_line(e)})") from e
+
+    def _unreachable(self, path: str, what: str, e: BaseException) -> StorageUnreachableError:
+        return StorageUnreachableError(
+            f"{self.url(path)}: storage endpoint unreachable or not answering ({what}: {type(e).__name__})",
+            hint=f"check the endpoint URL and that the object store is up (client timeout {timeout_s():g} s, "
+            f"{STORAGE_TIMEOUT_ENV})",
+        )
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -223,7 +309,7 @@ class Storage:
 
         def run() -> list[Entry]:
             if self.is_local:
-                return self._list_local(path)
+                return self._list_local(path, self._confined_real)
             infos = self.fs.ls(path, detail=True)
             entries = []
             for info in infos:
@@ -246,10 +332,15 @@ class Storage:
         return self._call("list", path, run)
 
     @staticmethod
-    def _list_local(path: str) -> list[Entry]:
+    def _list_local(path: str, confined_real: str | None) -> list[Entry]:
         entries = []
         with os.scandir(path) as it:
             for de in it:
+                if de.is_symlink():
+                    why = localfile.link_problem(de.path, confined_real)
+                    if why:  # a loop, or a way out of the run root: one problem on this entry
+                        entries.append(Entry(de.name, de.path, False, 0, None, link_problem=why))
+                        continue
                 try:
                     st = de.stat()  # follows symlinks; a dangling link raises
                 except FileNotFoundError:
@@ -288,19 +379,27 @@ class Storage:
         return self._call("stat", path, run)
 
     def read_bytes(
-        self, path: str, start: int | None = None, end: int | None = None, *, max_bytes: int | None = None
+        self,
+        path: str,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        nofollow: bool = False,
     ) -> bytes:
         """The bytes of ``path`` (or ``[start, end)`` of it) in one request.
 
         A whole-file read (no ``end``) stops after ``max_bytes`` (default
-        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused.
+        ``MAX_WHOLE_READ_BYTES``) and raises ``FileTooLargeError``; special files are refused,
+        and so is a link out of the run root (``nofollow``: any link, for ckptctl's own files).
         """
         cap = MAX_WHOLE_READ_BYTES if max_bytes is None else max_bytes
         whole = end is None
 
         def run() -> bytes:
             if self.is_local:
-                with open_regular(path) as f:
+                self._check_read(path)
+                with open_regular(path, nofollow=nofollow) as f:
                     if start:
                         f.seek(start)
                     return f.read(cap + 1) if end is None else f.read(end - (start or 0))
@@ -310,15 +409,15 @@ class Storage:
 
         data = self._call("read", path, run)
         if whole and len(data) > cap:
-            raise FileTooLargeError(
-                f"{self.url(path)}: larger than {cap >> 20} MiB, refused (not read whole)"
-            )
+            limit = f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+            raise FileTooLargeError(f"{self.url(path)}: larger than {limit}, refused (not read whole)")
         return data
 
     @contextmanager
     def open_read(self, path: str, block_size: int = 8 << 20) -> Iterator[IO[bytes]]:
         """A sequential reader (buffered, with read-ahead on object stores)."""
         if self.is_local:
+            self._check_read(path)
             f = self._call("open", path, lambda: open_regular(path, buffering=0))
         else:
             f = self._call(
@@ -327,7 +426,7 @@ class Storage:
                 lambda: self.fs.open(path, "rb", block_size=block_size, cache_type="readahead"),
             )
         try:
-            yield f
+            yield f if self.is_local else cast(IO[bytes], _GuardedReader(self, path, f))
         finally:
             f.close()
 
@@ -342,6 +441,7 @@ class Storage:
         reader, never past ``end``. Read errors are ``StorageError``s.
         """
         if self.is_local:
+            self._check_read(path)
             f = self._call("open", path, lambda: open_regular(path, buffering=0))
             try:
                 fd = f.fileno()
@@ -364,15 +464,20 @@ class Storage:
     # -- writes (only rollback/quarantine, audit log, training library, gc) ---------------
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file: a new temporary file (never through a link), then renamed over ``path``."""
+
         def run() -> None:
             if self.is_local:
+                localfile.check_no_link_dirs(path, self.confined_to)
                 os.makedirs(posixpath.dirname(path), exist_ok=True)
                 tmp = f"{path}.tmp-{os.getpid()}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
+                fd = localfile.open_for_write(tmp, os.O_CREAT | os.O_EXCL | os.O_TRUNC)
+                try:
+                    localfile.write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)  # replaces a link or a FIFO at `path` by the file, never writes into it
             else:
                 self.fs.pipe_file(path, data)
 
@@ -383,17 +488,35 @@ class Storage:
 
         def run() -> None:
             if self.is_local:
+                localfile.check_no_link_dirs(path, self.confined_to)
                 os.makedirs(posixpath.dirname(path), exist_ok=True)
-                with open(path, "a", encoding="utf-8") as f:
-                    f.write(line.rstrip("\n") + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                # O_NOFOLLOW | O_NONBLOCK, regular files only: a link is never written through
+                # and a FIFO never blocks the writer (who may hold the run-root lock)
+                fd = localfile.open_for_write(path, os.O_CREAT | os.O_APPEND)
+                try:
+                    localfile.write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             else:
                 try:
                     old = bytes(self.fs.cat_file(path))
                 except FileNotFoundError:
                     old = b""
                 self.fs.pipe_file(path, old + line.rstrip("\n").encode() + b"\n")
+
+        self._call("append", path, run)
+
+    def check_appendable(self, path: str) -> None:
+        """Raise now if ``append_line(path, ...)`` would be refused (a link, a FIFO, a device,
+        a linked folder): callers check before a change whose record must follow it."""
+
+        def run() -> None:
+            if not self.is_local:
+                return
+            localfile.check_no_link_dirs(path, self.confined_to)
+            if os.path.lexists(path):
+                os.close(localfile.open_for_write(path, os.O_APPEND))
 
         self._call("append", path, run)
 

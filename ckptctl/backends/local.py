@@ -40,6 +40,14 @@ from ckptctl.core.launch.plan import LaunchPlan, exit_code_for, signal_name
 NAME = "local"
 
 
+def job_pid(job_id: str) -> int | None:
+    """A local job's id as a process id, or None: ASCII digits, 2 .. 2**31-1. A ``job.json`` can be
+    edited: "0" would signal ckptctl's own process group, a 30-digit id overflow ``os.kill``."""
+    if not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 10:
+        return None
+    pid = int(job_id)
+    return pid if 2 <= pid < 2**31 else None
+
 class LocalBackend:
     """torchrun started by ckptctl on this host (see the module docstring)."""
 
@@ -170,7 +178,8 @@ class LocalBackend:
 
     def state(self, job: JobRef) -> JobStatus:
         """Is the pid alive? Only the host that started it can tell (``RUNNING``/``ENDED``)."""
-        if not job.job_id.isdigit():
+        pid = job_pid(job.job_id)
+        if pid is None:
             return JobStatus(job_id=job.job_id or None, phase="unknown", detail={"job_id": job.job_id or None, "state": "UNKNOWN"})
         if job.host not in (None, socket.gethostname()):
             return JobStatus(
@@ -179,8 +188,8 @@ class LocalBackend:
                 detail={"job_id": job.job_id, "state": "UNKNOWN", "error": f"started on {job.host}, not this host"},
             )
         try:
-            os.kill(int(job.job_id), 0)
-            alive = not _is_zombie(int(job.job_id))
+            os.kill(pid, 0)
+            alive = not _is_zombie(pid)
         except ProcessLookupError:
             alive = False
         except PermissionError:
@@ -194,9 +203,10 @@ class LocalBackend:
     def cancel(self, job: JobRef, *, force: bool = False) -> None:
         """SIGTERM (``force``: SIGKILL) to the job's process group: the launcher started it in
         its own session, so the group is torchrun and its workers. A job already gone is fine."""
-        if not job.job_id.isdigit() or job.host not in (None, socket.gethostname()):
-            raise LaunchError(f"cannot stop local job {job.job_id or '?'} from {socket.gethostname()} (started on {job.host})")
-        pid = int(job.job_id)
+        pid = job_pid(job.job_id)
+        if pid is None or job.host not in (None, socket.gethostname()):
+            raise LaunchError(f"cannot stop local job {job.job_id[:40] or '?'} from {socket.gethostname()} "
+                              f"(started on {job.host}; a local job id is a process id)")
         sig = signal.SIGKILL if force else signal.SIGTERM
         try:
             os.killpg(pid, sig)

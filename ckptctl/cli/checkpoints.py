@@ -107,7 +107,7 @@ def _status(s: str) -> str:
 def _render_report(r: CheckpointReport) -> None:
     console = out.out()
     ws = f"{r.world_size} ({r.world_size_source})" if r.world_size else "unknown"
-    console.print(f"{_status(r.status)}  {escape(r.path)}")
+    console.print(f"{_status(r.status)}  {escape(out.shown(r.path))}")
     console.print(
         f"  step {r.step if r.step is not None else '-'}, kind {r.kind}, world size {ws}, "
         f"{r.num_files} files, {_size(r.size_bytes)}"
@@ -164,7 +164,7 @@ def list_cmd(
         from rich.table import Table
 
         if not result.checkpoints:
-            out.warn(f"no checkpoint directories under {result.root}")
+            out.warn(f"no checkpoint directories under {out.shown(result.root)}")
         table = Table(show_edge=False, box=None, pad_edge=False)
         for col in ("STEP", "NAME", "STATUS", "WORLD", "SIZE", "MODIFIED", "REASON"):
             table.add_column(col, no_wrap=col != "REASON")
@@ -172,7 +172,7 @@ def list_cmd(
             mtime = iso_time(c.mtime_s) or "-"
             table.add_row(
                 str(c.step) if c.step is not None else "-",
-                escape(c.name),
+                escape(out.shown(c.name)),
                 _status(c.status),
                 str(c.world_size or "-"),
                 _size(c.size_bytes),
@@ -183,7 +183,7 @@ def list_cmd(
             )
         out.out().print(table)
         for p in result.pointers:
-            out.info(f"pointer file {p.file} names {p.names!r} (a hint; verification decides)")
+            out.info(f"pointer file {out.shown(p.file)} names {out.shown(p.names)!r} (a hint; verification decides)")
     bad = [c for c in result.checkpoints if not c.is_complete]
     raise typer.Exit(exit_codes.PROBLEM if bad or not result.checkpoints else exit_codes.OK)
 
@@ -212,16 +212,24 @@ def locate_cmd(
             progress=bp.advance,
         )
     for s in result.skipped:
-        out.warn(f"skipped {s.name} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
+        out.warn(f"skipped {out.shown(s.name)} ({s.status}): {'; '.join(s.problems[:3]) or 'not complete'}")
     for name in result.vanished:
-        out.warn(f"{name} disappeared while it was being checked (retention or a save at work?)")
+        out.warn(f"{out.shown(name)} disappeared while it was being checked (retention or a save at work?)")
     if json_:
         out.emit_json(result.to_json())
     elif result.checkpoint is not None:
+        if out.has_controls(result.checkpoint.path):
+            # `--resume-from "$(ckptctl locate ROOT)"` would get another path than the one printed
+            out.error(
+                f"the located path {out.shown(result.checkpoint.path)} holds control characters: not printed raw",
+                "use --json (the path is JSON-escaped there) or rename the run root",
+            )
+            raise typer.Exit(exit_codes.TOOL_FAILED)
         out.print_line(result.checkpoint.path)
     for p in result.pointers:
         if result.checkpoint is not None and not pointer_agrees(p, result.checkpoint):
-            out.warn(f"{p.file} names {p.names!r}, but the newest complete checkpoint is {result.checkpoint.name}")
+            out.warn(f"{out.shown(p.file)} names {out.shown(p.names)!r}, but the newest complete checkpoint is "
+                     f"{out.shown(result.checkpoint.name)}")
     if result.checkpoint is None:
         where = f" older than step {before}" if before is not None else ""
         out.error(

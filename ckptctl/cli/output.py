@@ -38,6 +38,20 @@ def escape_controls(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+# names and paths are one line: newlines, tabs and the Unicode line separators escaped too
+_ESCAPES_ALL = {**_ESCAPES, 0x09: "\\x09", 0x0A: "\\x0a", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def shown(text: str) -> str:
+    """A name or path as one printable line: every control character (newline and tab too) escaped."""
+    return text.translate(_ESCAPES_ALL)
+
+
+def has_controls(text: str) -> bool:
+    """Would ``shown`` change ``text``?"""
+    return shown(text) != text
+
+
 class _SafeConsole(Console):
     """A console that shows control characters in any text it renders instead of sending them.
 

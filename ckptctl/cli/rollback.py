@@ -38,10 +38,11 @@ def _render(result: RollbackResult) -> None:
     plan = result.plan
     if plan is not None:
         title = "plan" if result.dry_run else result.operation
-        out.info(f"{title}: {plan.action} {plan.source} -> {plan.destination} (a rename; nothing is deleted)")
+        out.info(f"{title}: {plan.action} {out.shown(plan.source)} -> {out.shown(plan.destination)} "
+                 "(a rename; nothing is deleted)")
         if plan.fallback:
-            out.info(f"  fallback: {plan.fallback} (newest complete checkpoint older than step {plan.step})")
-        out.info(f"  locate {'would' if result.dry_run else 'will'} return: {plan.next_locate or 'nothing'}")
+            out.info(f"  fallback: {out.shown(plan.fallback)} (newest complete checkpoint older than step {plan.step})")
+        out.info(f"  locate {'would' if result.dry_run else 'will'} return: {out.shown(plan.next_locate or 'nothing')}")
         if plan.record.reason:
             out.info(f"  reason: {plan.record.reason}")
         out.info(f"  audit log: {result.audit_log}")
@@ -91,7 +92,7 @@ def rollback_cmd(
         out.error(result.refusal.message, result.refusal.hint)
         raise typer.Exit(exit_codes.PROBLEM)
     if not json_ and result.locate:
-        out.print_line(result.locate)
+        out.print_line(out.shown(result.locate))
     if result.locate is None:
         out.warn("locate now finds no complete checkpoint")
     raise typer.Exit(exit_codes.OK)
@@ -151,7 +152,7 @@ def audit_cmd(root: RootArg, json_: JsonOpt = False) -> None:
         if not log.exists:
             out.info(f"no audit log at {log.path}: ckptctl has changed nothing under this run root")
         for rec in log.records:
-            out.print_line(_audit_line(rec))
+            out.print_line(out.shown(_audit_line(rec)))
     if log.num_unreadable:
         out.warn(f"{log.num_unreadable} line(s) of {log.path} are not JSON records and were skipped")
     raise typer.Exit(exit_codes.OK)

@@ -42,37 +42,48 @@ STEP_MARKERS: dict[str, str] = {
 #: Each framework's step directory, exactly (the step is group "step"): the names the layouts of
 #: ``core.verify.layouts`` recognise a framework's checkpoint by.
 STEP_DIR_NAMES: dict[str, str] = {
-    **{fw: rf"^{re.escape(marker)}(?P<step>\d+)$" for fw, marker in STEP_MARKERS.items()},
-    "lightning": r"^(?:.*[-_])?step=(?P<step>\d+)(?:[-_].*)?\.ckpt$",
+    **{fw: rf"^{re.escape(marker)}(?P<step>[0-9]+)\Z" for fw, marker in STEP_MARKERS.items()},
+    "lightning": r"^(?:.*[-_])?step=(?P<step>[0-9]+)(?:[-_].*)?\.ckpt\Z",
 }
 
 # What torch.save archives are called (single-file checkpoints).
 _FILE_SUFFIXES = r"\.(?:pt|pth|pth\.tar|ckpt|bin|tar)"
 #: A single-file checkpoint by its suffix: ``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``, ``.bin``, ``.tar``.
-FILE_CHECKPOINT_SUFFIX = re.compile(_FILE_SUFFIXES + "$", re.IGNORECASE)
+FILE_CHECKPOINT_SUFFIX = re.compile(_FILE_SUFFIXES + r"\Z", re.IGNORECASE)
 #: A ``torch.save`` file's name (group ``stem``: the name without its suffix).
-TORCH_SAVE_FILE_NAME = r"^(?P<stem>.+?)" + _FILE_SUFFIXES + "$"
+TORCH_SAVE_FILE_NAME = r"^(?P<stem>.+?)" + _FILE_SUFFIXES + r"\Z"
 #: The step in a Lightning checkpoint's name (``epoch=0-step=400.ckpt``), searched.
-LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>\d+)(?:[-_]|\.ckpt$|$)")
+LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>[0-9]{1,18})(?:[-_]|\.ckpt\Z|\Z)")
 #: The step in a single-file checkpoint's stem (``checkpoint-3``, ``model_step_40``).
 FILE_STEP = re.compile(
-    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>\d+)$", re.IGNORECASE
+    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>[0-9]{1,18})\Z", re.IGNORECASE
 )
 
 # ckptctl's own names (the training library writes only these; retention touches only these).
+# Every pattern ends in ``\Z``, never ``$``: ``$`` also matches before a final newline, so
+# "step_99\n" would be step 99 (and printed with its newline, which ``$(...)`` strips); steps
+# are ``[0-9]``, never ``\d`` (which takes any script's digits).
 _CKPTCTL_FINAL = re.compile(STEP_DIR_NAMES["ckptctl"])
-_CKPTCTL_TEMP = re.compile(r"^step_(?P<step>\d+)\.tmp-[0-9A-Za-z-]+$")
+_CKPTCTL_TEMP = re.compile(r"^step_(?P<step>[0-9]+)\.tmp-[0-9A-Za-z-]+\Z")
 
 # (framework, regex). The step is group "step". Anchored on the left so that
 # "my_step_1" is not a checkpoint; the tail (?P<tail>...) may hold a temp marker.
 # accelerate's checkpoint_N is found by the generic pattern (framework "generic").
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     *(
-        (fw, re.compile(rf"^(?P<pre>.*?){re.escape(STEP_MARKERS[fw])}(?P<step>\d+)(?P<tail>.*)$"))
+        (fw, re.compile(rf"^(?P<pre>.*?){re.escape(STEP_MARKERS[fw])}(?P<step>[0-9]+)(?P<tail>.*)\Z"))
         for fw in ("ckptctl", "torchtitan", "megatron", "deepspeed", "hf")
     ),
-    ("generic", re.compile(r"^(?P<pre>.*?)(?:ckpt|checkpoint|step|epoch)[_-]?(?P<step>\d+)(?P<tail>.*)$")),
+    ("generic", re.compile(r"^(?P<pre>.*?)(?:ckpt|checkpoint|step|epoch)[_-]?(?P<step>[0-9]+)(?P<tail>.*)\Z")),
 )
+
+#: Characters no name ckptctl acts on may hold: C0 controls (newline and tab included), DEL,
+#: C1 controls, the Unicode line/paragraph separators and the bidi overrides. A name holding
+#: one is shown escaped and is never a candidate (problem code ``name-unsafe``).
+UNSAFE_NAME_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: The most digits a step may have (a 30-digit "step" is not one: int() of it is fine, but
+#: it is no training step and overflows every consumer that stores it as int64).
+MAX_STEP_DIGITS = 18
 
 # Markers of a directory still being written (or abandoned mid-write).
 _TEMP_MARKER = re.compile(
@@ -93,15 +104,54 @@ class CheckpointName:
     """Still being written or abandoned mid-write: never complete."""
     is_quarantined: bool
     """Marked bad by ``ckptctl rollback``: never complete until undone."""
+    refused: str = ""
+    """Why the entry is never read, as a problem code: ``name-unsafe`` (the name holds control
+    characters, ``UNSAFE_NAME_CHARS``), ``link-refused`` (a symbolic link out of the run root,
+    or a loop); '' for an ordinary entry."""
 
     @property
     def is_candidate(self) -> bool:
         """Could this directory hold a complete checkpoint?"""
-        return not (self.is_temp or self.is_quarantined)
+        return not (self.is_temp or self.is_quarantined or self.refused)
+
+
+#: ``CheckpointName.refused``: the name holds control characters.
+NAME_UNSAFE = "name-unsafe"
+#: ``CheckpointName.refused``: a symbolic link ckptctl does not follow.
+LINK_REFUSED = "link-refused"
+
+
+def has_unsafe_chars(name: str) -> bool:
+    """Does ``name`` hold a control character (``UNSAFE_NAME_CHARS``)?"""
+    return UNSAFE_NAME_CHARS.search(name) is not None
+
+
+def shown(name: str) -> str:
+    """``name`` with every unsafe character written as ``\\xNN`` / ``\\uNNNN`` (one printable line)."""
+    return UNSAFE_NAME_CHARS.sub(lambda m: _escape_char(m.group()), name)
+
+
+def _escape_char(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
 
 
 def parse_checkpoint_name(name: str) -> CheckpointName | None:
-    """Recognise a checkpoint directory name; None if it is not one."""
+    """Recognise a checkpoint directory name; None if it is not one.
+
+    A name with control characters is recognised by its printable characters (so that
+    ``list`` shows it, escaped) and marked ``refused``: it is never a candidate.
+    """
+    if has_unsafe_chars(name):
+        cn = _parse_printable(UNSAFE_NAME_CHARS.sub("", name))
+        return None if cn is None else CheckpointName(
+            name=name, step=cn.step, framework=cn.framework, is_temp=cn.is_temp,
+            is_quarantined=cn.is_quarantined, refused=NAME_UNSAFE,
+        )  # fmt: skip
+    return _parse_printable(name)
+
+
+def _parse_printable(name: str) -> CheckpointName | None:
     quarantined = QUARANTINE_TAG in name
     base = name.split(QUARANTINE_TAG, 1)[0] if quarantined else name
     for framework, pattern in _PATTERNS:
@@ -114,6 +164,8 @@ def parse_checkpoint_name(name: str) -> CheckpointName | None:
         is_temp = bool(_TEMP_MARKER.search(pre + "|" + tail)) if (pre or tail) else False
         if (pre or tail) and not is_temp:
             continue
+        if len(m.group("step")) > MAX_STEP_DIGITS:
+            return None
         return CheckpointName(
             name=name,
             step=int(m.group("step")),
@@ -204,9 +256,9 @@ class OwnName:
 def parse_own_name(name: str) -> OwnName | None:
     """``step_N`` or ``step_N.tmp-<token>``; None for any other name (left alone)."""
     m = _CKPTCTL_FINAL.match(name)
-    if m is not None:
+    if m is not None and len(m.group("step")) <= MAX_STEP_DIGITS:
         return OwnName(step=int(m.group("step")), is_temp=False)
     m = _CKPTCTL_TEMP.match(name)
-    if m is not None:
+    if m is not None and len(m.group("step")) <= MAX_STEP_DIGITS:
         return OwnName(step=int(m.group("step")), is_temp=True)
     return None

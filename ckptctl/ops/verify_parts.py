@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckptctl.adapters.storage import Storage
+from ckptctl.adapters.storage import MAX_WHOLE_READ_BYTES, Storage
+from ckptctl.core.verify import jsonsafe
 from ckptctl.core.verify.segments import CheckpointParts, SegmentFormatError, SegmentResult
 from ckptctl.errors import InputError, StorageError, UsageError
 from ckptctl.runroot.locate import verify_target
@@ -200,10 +201,10 @@ def _read_part(path: str) -> _Part:
     storage, where = Storage.for_url(path)
     try:
         raw = storage.read_bytes(where)
-        doc = json.loads(raw)
+        doc = jsonsafe.loads(raw, max_bytes=MAX_WHOLE_READ_BYTES, allow_nan=False)
     except StorageError as e:
         raise InputError(f"cannot read part file {path}: {e.message}") from None
-    except (ValueError, RecursionError) as e:
+    except jsonsafe.JsonError as e:
         raise InputError(f"{path}: not a ckptctl part file (not JSON: {str(e)[:80]})") from None
     part = doc.get("part") if isinstance(doc, dict) else None
     checkpoints = doc.get("checkpoints") if isinstance(doc, dict) else None

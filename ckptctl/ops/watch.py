@@ -28,7 +28,14 @@ from typing import IO, Any
 from ckptctl.adapters import metric_sources
 from ckptctl.adapters.follow import STDIN, LineReader, open_lines
 from ckptctl.core.watch.losslog import AUTO, FORMATS, PatternError
-from ckptctl.core.watch.model import CONTINUOUS, WatchConfig, WatchConfigError, WatchReport
+from ckptctl.core.watch.model import (
+    CONTINUOUS,
+    INSUFFICIENT,
+    UNREAD_INPUT,
+    WatchConfig,
+    WatchConfigError,
+    WatchReport,
+)
 from ckptctl.core.watch.session import WatchSession
 from ckptctl.errors import InputError, UsageError
 
@@ -243,6 +250,21 @@ def _with_note(report: WatchReport, note: str) -> WatchReport:
     return replace(report, notes=(*report.notes, note))
 
 
+def _unread(report: WatchReport, damage: list[str]) -> WatchReport:
+    """No verdict from unread bytes: ``continuous`` past damage in the source becomes
+    ``insufficient-data`` with the reason; a problem found in what was read stands."""
+    shown = damage[:3] + ([f"... and {len(damage) - 3} more"] if len(damage) > 3 else [])
+    notes = (*report.notes, *(f"unread: {d}" for d in shown))
+    codes = (*report.note_codes, UNREAD_INPUT)
+    if report.verdict != CONTINUOUS:
+        return replace(report, notes=notes, note_codes=codes)
+    return replace(
+        report, verdict=INSUFFICIENT, decided=False, confidence=None, notes=notes, note_codes=codes,
+        explanation=(*report.explanation, "decision: insufficient-data - part of the source could not be read "
+                     "(see the notes); a resume is never judged continuous past bytes that were not read"),
+    )  # fmt: skip
+
+
 def watch_lines(
     lines: Iterable[str],
     *,
@@ -305,8 +327,10 @@ def watch_log(
     if structured is not None:
         if follow:
             raise UsageError(f"--follow reads a growing text log; {path} is a {structured} source")
-        return watch_lines(
-            metric_sources.read_lines(path, structured, metric=metric),
+        damage: list[str] = []
+        notes: list[str] = []
+        result = watch_lines(
+            metric_sources.read_lines(path, structured, metric=metric, damage=damage, notes=notes),
             resume_step=resume_step,
             config=config,
             baseline_path=baseline_path,
@@ -314,6 +338,11 @@ def watch_log(
             source=path,
             log_format="jsonl",
         )
+        report = result.report
+        for note in notes:
+            report = _with_note(report, note)
+        report = _unread(report, damage) if damage else report
+        return replace(result, verdict=report.verdict, report=report)
     if metric is not None:
         raise UsageError("--metric names a scalar of a TensorBoard or MLflow source; LOG is a text log")
     watcher = LossWatcher(

@@ -213,6 +213,11 @@ def write(
     log_file.append_record(root.storage, root.path, doc)
 
 
+def check_writable(root: RunRoot) -> None:
+    """Raise ``StorageError`` now if a record could not be appended (a link, a FIFO, a device)."""
+    root.storage.check_appendable(log_file.audit_log_path(root.storage, root.path))
+
+
 def read(root: RunRoot) -> AuditLog:
     """The root's audit log, oldest record first (records as written, any version)."""
     return log_file.read_log(root.storage, root.path)

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from ckptctl.core.names import rollback_stamp
 from ckptctl.core.rollback.model import Candidate
 from ckptctl.core.verify import contract as v
-from ckptctl.errors import NotFoundError
-from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, scan_root
-from ckptctl.runroot.locate import locate_in
+from ckptctl.runroot.inspect import RootScan, scan_root
+from ckptctl.runroot.locate import inspect_entry, locate_in
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport, LocateResult, ProgressFn
 from ckptctl.runroot.root import RunRoot
 
@@ -66,7 +65,9 @@ def _facts(scan: RootScan, statuses: dict[str, str], vanished: list[str]) -> Roo
             step=cn.step,
             is_temp=cn.is_temp,
             is_quarantined=cn.is_quarantined,
-            status=None if cn.name in gone else statuses.get(cn.name),
+            # a refused entry (control characters, a link out of the root or a loop) is never read:
+            # corrupt without a probe, as its report says
+            status=None if cn.name in gone else statuses.get(cn.name, v.CORRUPT if cn.refused else None),
         )
         for cn, _e in scan.candidates
     ]
@@ -81,11 +82,9 @@ def _facts(scan: RootScan, statuses: dict[str, str], vanished: list[str]) -> Roo
 def _inspect(
     scan: RootScan, name: str, options: CheckOptions, progress: ProgressFn
 ) -> CheckpointReport | None:
-    path = next(e.path for cn, e in scan.candidates if cn.name == name)
-    try:
-        return inspect_checkpoint(scan.storage, path, options=options, progress=progress)
-    except NotFoundError:
-        return None
+    cn, e = next((cn, e) for cn, e in scan.candidates if cn.name == name)
+    # the same inspection locate makes: a single-file checkpoint (a quarantined .ckpt), a refused entry
+    return inspect_entry(scan.storage, e, options, progress, cn)
 
 
 def rollback_facts(

@@ -28,6 +28,7 @@ from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
 from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, DcpUnit, StorageItem
 from ckptctl.core.verify.manifest import Manifest
 from ckptctl.core.verify.records import (
+    MAX_LISTED_PROBLEMS,
     MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
     RecordFindings,
@@ -221,7 +222,7 @@ def _check_segment(
                         finite = _check_finite(bytes(plain), item)
                 res.members_checked += findings.members_checked
                 res.members_without_crc += findings.members_without_crc
-                for found in findings.problems:
+                for found in findings.listed():
                     res.problems.append(
                         v.Problem(
                             v.CORRUPT, f"{rel} record {item.fqn!r} @{item.offset}: {found.message}", code=found.code
@@ -244,6 +245,11 @@ def _check_segment(
         res.failure = v.Problem(v.CORRUPT, f"shard {rel} refused: {e.message}", code=v.RECORD_CORRUPT)
     except StorageError as e:
         res.failure = v.Problem(v.INCOMPLETE, f"unreadable shard {rel}: {e.message}", code=v.READ_FAILED)
+    if len(res.problems) > MAX_LISTED_PROBLEMS:  # a shard of a million damaged records: one summary line
+        more = len(res.problems) - MAX_LISTED_PROBLEMS
+        res.problems[MAX_LISTED_PROBLEMS:] = [
+            v.Problem(v.CORRUPT, f"... and {more:,} more problem(s) in {rel} (not listed)", code=res.problems[-1].code)
+        ]
     return res
 
 

@@ -20,7 +20,14 @@ from typing import Any
 
 from ckptctl.adapters import archives
 from ckptctl.adapters.storage import Entry, Storage
-from ckptctl.core.names import CheckpointName
+from ckptctl.core.names import (
+    NAME_UNSAFE,
+    QUARANTINE_TAG,
+    UNSAFE_NAME_CHARS,
+    CheckpointName,
+    has_unsafe_chars,
+    unquarantine_name,
+)
 from ckptctl.core.verify import contract as v
 from ckptctl.core.verify import layouts as L
 from ckptctl.core.verify import safetensors as st
@@ -33,21 +40,30 @@ _KEYS_OF = frozenset({"meta", "module", "common", "checkpoint"})
 
 
 def file_candidate(e: Entry) -> CheckpointName | None:
-    """A single-file checkpoint in a run root, as a candidate with its step."""
-    if e.is_dir:
-        return None
-    fc = L.parse_file_checkpoint_name(e.name)
-    if fc is None:
-        return None
-    return CheckpointName(name=e.name, step=fc.step, framework=fc.layout.key, is_temp=False, is_quarantined=False)
+    """A single-file checkpoint in a run root, as a candidate with its step (quarantined too)."""
+    return None if e.is_dir else _framework_name(e.name, is_dir=False)
 
 
 def dir_candidate(e: Entry) -> CheckpointName | None:
-    """A directory named like a framework's step that ``core.names`` does not know (Lightning)."""
-    step = L.parse_lightning_dir_name(e.name) if e.is_dir else None
+    """A directory named like a framework's step that ``core.names`` does not know (Lightning),
+    quarantined too (``epoch=0-step=4.ckpt.quarantined-<stamp>``: undo must find it)."""
+    return _framework_name(e.name, is_dir=True) if e.is_dir else None
+
+
+def _framework_name(name: str, *, is_dir: bool) -> CheckpointName | None:
+    base = unquarantine_name(name) or name
+    refused = NAME_UNSAFE if has_unsafe_chars(name) else ""
+    if refused:
+        base = UNSAFE_NAME_CHARS.sub("", base)
+    if is_dir:
+        step, framework = L.parse_lightning_dir_name(base), "lightning"
+    else:
+        fc = L.parse_file_checkpoint_name(base)
+        step, framework = (fc.step, fc.layout.key) if fc is not None else (None, "")
     if step is None:
         return None
-    return CheckpointName(name=e.name, step=step, framework="lightning", is_temp=False, is_quarantined=False)
+    return CheckpointName(name=name, step=step, framework=framework, is_temp=False,
+                          is_quarantined=QUARANTINE_TAG in name, refused=refused)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -147,7 +163,7 @@ def _check_file(
     if part.check == "torch-zip":
         chk = archives.check_torch_zip(
             storage, fpath, size, shown=shown, deep=options.deep, want_top=part.holds in _KEYS_OF,
-            allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
+            allowed_globals=options.allowed_globals, writer_globals=lay.pickle_globals,
         )
         return chk, chk.top, None
     if part.check == "json":
@@ -176,9 +192,9 @@ def _check_nested_deepspeed(storage: Storage, sub_path: str, shown: str, options
     return sub
 
 
-_DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
-_DS_MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
-_DS_ZERO3_MODEL = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$")
+_DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]{1,9})_mp_rank_([0-9]{1,9})_optim_states\.pt\Z")
+_DS_MODEL = re.compile(r"^mp_rank_([0-9]{1,9})_model_states\.pt\Z")
+_DS_ZERO3_MODEL = re.compile(r"^zero_pp_rank_([0-9]{1,9})_mp_rank_([0-9]{1,9})_model_states\.pt\Z")
 
 
 def _check_deepspeed(found: L.Found, tops: dict[str, Any], res: FrameworkCheck) -> None:
@@ -320,7 +336,7 @@ def inspect_file(storage: Storage, e: Entry, options: CheckOptions) -> Checkpoin
     )
     chk = archives.check_torch_zip(
         storage, e.path, e.size_bytes, shown=e.name, deep=options.deep, want_top=True,
-        allowed_globals=options.allowed_globals, allowed_modules=lay.pickle_modules,
+        allowed_globals=options.allowed_globals, writer_globals=lay.pickle_globals,
     )
     problems = list(chk.problems)
     report.bytes_read = chk.bytes_read

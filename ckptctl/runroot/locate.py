@@ -10,13 +10,14 @@ import time
 from collections.abc import Iterable
 
 from ckptctl.adapters.storage import Entry, Storage
-from ckptctl.core.names import parse_checkpoint_name
+from ckptctl.core.names import CheckpointName, parse_checkpoint_name
 from ckptctl.errors import NotFoundError, ProblemFound
 from ckptctl.runroot import frameworks
 from ckptctl.runroot.inspect import (
     RootScan,
     inspect_checkpoint,
     looks_like_checkpoint,
+    refused_report,
     scan_root,
     whole_file_options,
 )
@@ -38,8 +39,8 @@ def _open_root(url: str) -> tuple[Storage, str, list[Entry]]:
     return storage, root, storage.list_dir(root)
 
 
-def _inspect_unless_vanished(
-    storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn
+def inspect_entry(
+    storage: Storage, e: Entry, options: CheckOptions, progress: ProgressFn, cn: CheckpointName | None = None
 ) -> CheckpointReport | None:
     """Inspect a directory the scan listed; None when it is gone by now.
 
@@ -47,6 +48,8 @@ def _inspect_unless_vanished(
     directory listed a moment ago may no longer exist. That is not an error of the
     run root; the caller treats it as absent and says so.
     """
+    if cn is not None and cn.refused:
+        return refused_report(storage, cn, e)  # never read: one problem on this entry
     try:
         if not e.is_dir:  # a single-file checkpoint (Lightning .ckpt, .pt/.pth/.pth.tar)
             return frameworks.inspect_file(storage, e, whole_file_options(options))
@@ -63,8 +66,8 @@ def list_checkpoints(
     scan = scan_root(root.storage, root.path, root.list())
     reports = [
         r
-        for _cn, e in scan.candidates
-        if (r := _inspect_unless_vanished(root.storage, e, options, progress)) is not None
+        for cn, e in scan.candidates
+        if (r := inspect_entry(root.storage, e, options, progress, cn)) is not None
     ]
     return ListResult(root=root.url, checkpoints=reports, pointers=scan.pointers)
 
@@ -110,7 +113,7 @@ def locate_in(
             continue
         if before_step is not None and cn.step >= before_step:
             continue
-        report = _inspect_unless_vanished(storage, e, options, progress)
+        report = inspect_entry(storage, e, options, progress)
         if report is None:
             vanished.append(cn.name)
             continue
@@ -179,8 +182,8 @@ def verify_target(
         )
     reports = [
         r
-        for _cn, e in scan.candidates
-        if (r := _inspect_unless_vanished(storage, e, options, progress)) is not None
+        for cn, e in scan.candidates
+        if (r := inspect_entry(storage, e, options, progress, cn)) is not None
     ]
     return VerifyResult(target=storage.url(path), checkpoints=reports, is_run_root=True)
 

@@ -42,8 +42,20 @@ def restore(root: RunRoot, record: AuditRecord) -> None:
 
 
 def _rename_audited(root: RunRoot, record: AuditRecord) -> None:
-    """One rename, then its audit record. A failed rename is logged too, then re-raised."""
+    """One rename, then its audit record. A failed rename is logged too, then re-raised.
+
+    The audit log is checked first (a link, a FIFO, a device is refused): a rename whose
+    record cannot be written never happens. Should the append fail all the same, the
+    rename is undone before the error is raised: nothing changes unrecorded.
+    """
     storage = root.storage
+    try:
+        audit.check_writable(root)
+    except StorageError as e:
+        raise StorageError(
+            f"the audit log cannot be written, so nothing was renamed: {e.message}",
+            hint=f"replace {audit.log_url(root)} by a regular file (or remove it), then retry",
+        ) from e
     try:
         storage.rename(root.child(record.from_name), root.child(record.to_name))
     except StorageError as e:
@@ -60,7 +72,29 @@ def _rename_audited(root: RunRoot, record: AuditRecord) -> None:
             "(interrupted renames) before retrying",
         ) from e
     storage.invalidate_cache(root.path)
-    audit.write(root, record)
+    try:
+        audit.write(root, record)
+    except StorageError as e:
+        _undo_rename(root, record, e)
+        raise
+
+
+def _undo_rename(root: RunRoot, record: AuditRecord, cause: StorageError) -> None:
+    """The record of a rename could not be written: rename back, so nothing changed unrecorded."""
+    try:
+        root.storage.rename(root.child(record.to_name), root.child(record.from_name))
+    except StorageError as e:
+        raise StorageError(
+            f"renamed {record.from_name} to {record.to_name}, then could not write its audit record "
+            f"({cause.message}) nor rename it back ({e.message})",
+            hint=f"rename {record.to_name} back to {record.from_name} by hand",
+        ) from e
+    root.storage.invalidate_cache(root.path)
+    raise StorageError(
+        f"could not write the audit record of renaming {record.from_name} ({cause.message}); "
+        "the rename was undone: nothing changed",
+        hint=f"fix {audit.log_url(root)} (a regular file), then retry",
+    ) from cause
 
 
 def hide(root: RunRoot, name: str, *, step: int | None, reason: str) -> str:

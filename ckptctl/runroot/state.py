@@ -32,6 +32,7 @@ from ckptctl.core.launch.job import JobRef
 from ckptctl.core.recover.incidents import Incident, make_incident
 from ckptctl.core.recover.ledger import RecordedRecovery, RecoverAct
 from ckptctl.core.rollback.model import Who
+from ckptctl.core.verify import jsonsafe
 from ckptctl.errors import CkptctlError
 from ckptctl.runroot import audit, lock
 from ckptctl.runroot.root import RunRoot
@@ -130,14 +131,14 @@ class ActiveJob:
                 time=_str(doc.get("started")) or "",
                 user=str(owner.get("user") or ""),
                 host=str(owner.get("host") or ""),
-                pid=pid if isinstance(pid, int) else 0,
+                pid=jsonsafe.bounded_int(pid, hi=2**31 - 1) or 0,
                 ckptctl_version="",
             ),
             detached=bool(doc.get("detached")),
             started=_str(doc.get("started")) or "",
             resume_from=_str(doc.get("resume_from")),
             log=_str(doc.get("log")),
-            attempt=doc.get("attempt") if isinstance(doc.get("attempt"), int) else None,
+            attempt=jsonsafe.bounded_int(doc.get("attempt")),
             ended=_str(doc.get("ended")),
             end_reason=_str(doc.get("end_reason")),
         )
@@ -419,7 +420,8 @@ def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:
     try:
         if storage.info(path) is None:
             return None
-        doc = json.loads(storage.read_bytes(path).decode("utf-8", "replace"))
+        # nofollow: ckptctl's own file, never read through a link; size and depth limits
+        doc = jsonsafe.loads(storage.read_bytes(path, max_bytes=jsonsafe.MAX_JSON_BYTES, nofollow=True))
     except (CkptctlError, ValueError, OSError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -245,6 +245,38 @@ def record_cases() -> list[Case]:
     return cases
 
 
+def many_members_zip(n: int, *, distinct: bool = False) -> bytes:
+    """A torch.save-like zip whose directory lists ``n`` members: all pointing at the same local
+    header (``distinct=False``), or each with its own tiny local header and data."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/version", b"3\n")
+    good = buf.getvalue()
+    eocd = good.rfind(b"PK\x05\x06")
+    cd_off = struct.unpack_from("<I", good, eocd + 16)[0]
+    cd = good[cd_off:eocd]
+    n1, x1, c1 = struct.unpack_from("<HHH", cd, 28)
+    first, second = cd[: 46 + n1 + x1 + c1], cd[46 + n1 + x1 + c1 :]
+    body, entries = bytearray(good[:cd_off]), [first, second]
+    if distinct:
+        for i in range(n - 2):
+            name = f"archive/data/{i}".encode()
+            lho = len(body)
+            body += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
+            e = bytearray(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, lho))
+            entries.append(bytes(e) + name)
+        cd_off = len(body)
+    else:
+        entries += [second] * (n - 2)
+    newcd = b"".join(entries)
+    out = bytes(body) + newcd
+    out += b"PK\x06\x06" + struct.pack("<QHHIIQQQQ", 44, 45, 45, 0, 0, n, n, len(newcd), cd_off)
+    out += b"PK\x06\x07" + struct.pack("<IQI", 0, cd_off + len(newcd), 1)
+    out += b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return out
+
+
 def config_cases() -> list[Case]:
     """The config findings of issue 9 (fixed where the config loader lives: core/config.py)."""
     deep = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"

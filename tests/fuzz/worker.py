@@ -62,7 +62,57 @@ def _classify(path: str) -> str:
     return str(classify_logs([path], jobs=1).category)
 
 
+def _verify_any(path: str) -> str:
+    """Deep verify of a checkpoint directory or a single framework file: status and problem codes."""
+    from ckptctl.runroot.locate import verify_target
+    from ckptctl.runroot.reports import CheckOptions
+
+    doc = verify_target(path, options=CheckOptions(deep=True)).to_json()
+    first = doc["checkpoints"][0] if doc["checkpoints"] else {}
+    codes = sorted({p["code"] for p in first.get("problem_details", [])})
+    return f"{first.get('status')} {','.join(codes)}"
+
+
+def _watch(path: str) -> str:
+    """watch on a text log, a TensorBoard event file or an MLflow run, as if resumed at step 300."""
+    from ckptctl.ops.watch import watch_log
+
+    result = watch_log(path, resume_step=300)
+    return f"{result.verdict} {','.join(sorted(result.report.note_codes))}"
+
+
+def _root(path: str) -> str:
+    """Every read-only command over a run root: list, locate, a rollback dry run, audit, lock, status."""
+    from ckptctl.adapters.runlock import read_lock
+    from ckptctl.ops.rollback import rollback
+    from ckptctl.ops.status import run_incidents, run_status
+    from ckptctl.runroot import audit
+    from ckptctl.runroot.locate import find_latest_complete, list_checkpoints
+    from ckptctl.runroot.root import RunRoot
+
+    list_checkpoints(path)
+    located = find_latest_complete(path).checkpoint
+    out = "none" if located is None else located.path
+    plan = rollback(path, dry_run=True)
+    rr = RunRoot.open(path)
+    audit.read(rr)
+    read_lock(rr.storage, rr.path)
+    run_status(rr)
+    run_incidents(rr)
+    return f"{out} rollback={plan.refusal is None}"
+
+
+def _json(path: str) -> str:
+    from ckptctl.core.verify import jsonsafe
+
+    return type(jsonsafe.loads(Path(path).read_bytes())).__name__
+
+
 TARGETS: dict[str, Callable[[str], str]] = {
+    "verify_any": _verify_any,
+    "watch": _watch,
+    "root": _root,
+    "json": _json,
     "metadata": _metadata,
     "verify": _verify,
     "verify_deep": lambda p: _verify(p, deep=True),
@@ -89,9 +139,10 @@ def run_one(target: str, path: str) -> dict[str, Any]:
     own: tuple[type[BaseException], ...] = (CkptctlError,)
     try:
         from ckptctl.adapters.dcp_metadata import MetadataError
+        from ckptctl.core.verify.jsonsafe import JsonError
         from ckptctl.core.verify.records import RecordFormatError
 
-        own = (*own, MetadataError, RecordFormatError)
+        own = (*own, MetadataError, RecordFormatError, JsonError)
     except ImportError:
         pass
     start = time.perf_counter()

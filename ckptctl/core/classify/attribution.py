@@ -54,7 +54,9 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # UCX: "[1712345678.123456] [gpu-a12:12345:0]   ib_mlx5_log.c:179  UCX  ERROR ..."
         ("ucx", r"^\[\d+\.\d+\]\s+\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+)(?::\w+)*\]\s"),
         # pdsh (DeepSpeed's multi-node runner): "gpu-e4: [rank11]: ..."
-        ("pdsh", r"^(?:pdsh@\S+:\s+)?(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):\s"),
+        # (the digit is found by a lookahead, the label read possessively: "[a-z0-9-]*\d[a-z0-9-]*"
+        # backtracked quadratically on a long "a0a0..." line)
+        ("pdsh", r"^(?:pdsh@\S+:\s+)?(?P<host>[a-z](?=[a-z0-9-]*\d)[a-z0-9-]*+(?:\.[a-z0-9-]+)*+):\s"),
         # Open MPI --tag-output: "[1,5]<stderr>:..."; its process name: "[gpu-f2:22871] *** ..."
         ("mpirun-tag", r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:"),
         ("openmpi-proc", r"(?:^|>:)\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+)\]\s"),

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 SCHEMA = "ckptctl.incident/1"
@@ -45,9 +45,11 @@ def _t(value: object) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    # a record edited by hand may hold a naive time: read as UTC, so that every difference is defined
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -140,11 +142,19 @@ def _s(value: object) -> str | None:
 
 
 def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite, non-negative number (reports can be edited: 1e400, -5, 10**400 are unknown)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A step count: an int in [0, 2**63)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
 
 
 def _list(value: object) -> list[Any]:
@@ -238,7 +248,11 @@ def summarize_incidents(
     checkpoint_span_s: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """``summarize`` of stored records (JSON), read with ``Incident.from_json``."""
-    return summarize([Incident.from_json(r) for r in records], run_start=run_start, checkpoint_span_s=checkpoint_span_s)
+    return summarize(
+        [Incident.from_json(r) for r in records if isinstance(r, Mapping)],
+        run_start=run_start,
+        checkpoint_span_s=checkpoint_span_s,
+    )
 
 
 def summarize(

@@ -68,6 +68,9 @@ ProblemCode = Literal[
     # (--deep) record damage, finer than record-corrupt
     "crc-mismatch",
     "record-truncated",
+    # names and links are data (issue 27)
+    "name-unsafe",
+    "link-refused",
 ]
 TEMP_DIR: ProblemCode = "temp-dir"
 """The directory name carries a temp marker: being written, or abandoned mid-save."""
@@ -118,6 +121,10 @@ CHECKSUM_MISMATCH: ProblemCode = "checksum-mismatch"
 RECORD_CORRUPT: ProblemCode = "record-corrupt"
 """(--deep) A record is damaged otherwise: a malformed zip or pickle, an undecodable tensor,
 a writer extension that does not decode."""
+NAME_UNSAFE: ProblemCode = "name-unsafe"
+"""The entry's name holds control characters (a newline, ESC...): refused, shown escaped."""
+LINK_REFUSED: ProblemCode = "link-refused"
+"""A symbolic link out of the run root, or a loop: not followed, never read."""
 CRC_MISMATCH: ProblemCode = "crc-mismatch"
 """(--deep) A record member's bytes do not match the CRC-32 its zip directory recorded."""
 RECORD_TRUNCATED: ProblemCode = "record-truncated"

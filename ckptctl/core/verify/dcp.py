@@ -13,9 +13,9 @@ from dataclasses import dataclass
 METADATA_NAME = ".metadata"
 SHARD_SUFFIX = ".distcp"
 #: ``__{rank}_{n}.distcp``: the rank's index in the process group, then a per-rank counter.
-SHARD_NAME = re.compile(r"^__(?P<rank>\d+)_(?P<n>\d+)\.distcp$")
+SHARD_NAME = re.compile(r"^__(?P<rank>[0-9]{1,9})_(?P<n>[0-9]{1,9})\.distcp\Z")
 #: ``__{rank}.metadata``: rank-local metadata (``dcp.save(..., use_collectives=False)``).
-RANK_METADATA_NAME = re.compile(r"^__(?P<rank>\d+)\.metadata$")
+RANK_METADATA_NAME = re.compile(r"^__(?P<rank>[0-9]{1,9})\.metadata\Z")
 #: The largest offset, length or dimension an index may hold: DCP and torch keep them in int64.
 MAX_INDEX_INT = 2**63 - 1
 
@@ -41,7 +41,7 @@ DTYPE_ITEMSIZE: dict[str, int] = {
 
 #: Dtype names a newer torch may add (``float8_e3m4``, ``float6_e3m2fn_x4``...): accepted in
 #: ``.metadata`` with an unknown element size, so the raw-size check is skipped for them.
-_FUTURE_DTYPE = re.compile(r"^(?:float|bfloat|int|uint|bits|complex|qint|quint)\d[0-9a-z_]*$")
+_FUTURE_DTYPE = re.compile(r"^(?:float|bfloat|int|uint|bits|complex|qint|quint)\d[0-9a-z_]*\Z")
 
 
 def is_dtype_name(name: str) -> bool:

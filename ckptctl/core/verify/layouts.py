@@ -29,6 +29,7 @@ from ckptctl.core.names import (
     TORCH_SAVE_FILE_NAME,
 )
 from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import writer_globals as W
 from ckptctl.core.verify.dcp import SHARD_SUFFIX
 
 Check = Literal["dcp", "torch-zip", "json", "safetensors", "safetensors-index", "deepspeed-dir", "text", "none"]
@@ -96,8 +97,9 @@ class Layout:
     bookkeeping_keys: frozenset[str] = frozenset()
     """Top-level keys of the writer's archives that describe the save rather than hold state
     (DeepSpeed's ds_config, param_shapes...): left out of ``contents``."""
-    pickle_modules: tuple[str, ...] = ()
-    """Module prefixes the writer legitimately pickles into its torch.save files (its own classes)."""
+    pickle_globals: frozenset[tuple[str, str]] = frozenset()
+    """The exact globals (module, qualified name) the writer pickles into its torch.save files
+    (its own classes, ``core.writer_globals``); never a prefix."""
     source: str = ""
     """Where the facts come from (repository, file, function)."""
 
@@ -106,12 +108,12 @@ def _compile(template: str) -> re.Pattern[str]:
     out = []
     for piece in re.split(r"(\{n\}|\*)", template):
         if piece == "{n}":
-            out.append(r"(\d+)")
+            out.append(r"([0-9]+)")
         elif piece == "*":
             out.append(r"[^/]*")
         else:
             out.append(re.escape(piece))
-    return re.compile("^" + "".join(out) + "$")
+    return re.compile("^" + "".join(out) + r"\Z")
 
 
 #: A part or state key whose name starts like this holds optimizer state (every writer below).
@@ -189,7 +191,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="trainer_state.json",
         signature=("trainer_state.json", "training_args.bin", "rng_state.pth", "rng_state_{n}.pth",
                    "optimizer.pt", "scheduler.pt"),
-        pickle_modules=("transformers.", "accelerate.", "torch.optim.", "torch.distributed."),
+        pickle_globals=W.HF_TRAINER,
         source="huggingface/transformers src/transformers/trainer.py: Trainer._save_checkpoint "
         "(save_model, _save_optimizer_and_scheduler, _save_scaler, _save_rng_state, then "
         "state.save_to_json(trainer_state.json)); _load_from_checkpoint, "
@@ -234,7 +236,7 @@ LAYOUTS: tuple[Layout, ...] = (
         ),
         written_last="random_states_{n}.pkl",
         signature=("random_states_{n}.pkl", "optimizer.bin", "scheduler.bin", "custom_checkpoint_{n}.pkl"),
-        pickle_modules=("accelerate.", "torch.optim.", "torch.utils.data."),
+        pickle_globals=W.ACCELERATE,
         source="huggingface/accelerate src/accelerate/accelerator.py: Accelerator.save_state "
         "(checkpoints/checkpoint_<i>, FSDP via save_fsdp_model/save_fsdp_optimizer); "
         "src/accelerate/checkpointing.py: save_accelerator_state (model, optimizer, scheduler, "
@@ -254,7 +256,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="meta.pt",
         signature=("meta.pt",),
         top_dcp=True,
-        pickle_modules=("lightning.", "pytorch_lightning.", "lightning_fabric.", "torchmetrics."),
+        pickle_globals=W.LIGHTNING,
         source="Lightning-AI/pytorch-lightning src/lightning/pytorch/strategies/model_parallel.py and "
         "fsdp.py: save_checkpoint (DCP of state_dict|model + optimizer_<i>, then rank 0 "
         "torch.save(meta.pt)); fabric/strategies/fsdp.py _is_sharded_checkpoint",
@@ -266,7 +268,7 @@ LAYOUTS: tuple[Layout, ...] = (
         container="file",
         parts=(Part(name="*", holds="checkpoint", check="torch-zip"),),
         needs=(Need(what="state_dict", parts=("state_dict",), why="the model's weights"),),
-        pickle_modules=("lightning.", "pytorch_lightning.", "lightning_fabric.", "torchmetrics."),
+        pickle_globals=W.LIGHTNING,
         source="Lightning-AI/pytorch-lightning src/lightning/pytorch/callbacks/model_checkpoint.py "
         "(\"{epoch}-{step}\" names, '=' joins, .ckpt); trainer/connectors/checkpoint_connector.py "
         "dump_checkpoint (optimizer_states/lr_schedulers only when not weights_only); "
@@ -315,7 +317,7 @@ LAYOUTS: tuple[Layout, ...] = (
         written_last="metadata.json",
         signature=("metadata.json", "common.pt"),
         top_dcp=True,
-        pickle_modules=("megatron.", "argparse.Namespace"),
+        pickle_globals=W.MEGATRON,
         source="NVIDIA/Megatron-LM megatron/core/dist_checkpointing/serialization.py: save "
         "(strategy save, then metadata_finalize_fn writes metadata.json); core.py CONFIG_FNAME; "
         "megatron/training/checkpointing.py iter_{:07d}, latest_checkpointed_iteration.txt",
@@ -342,7 +344,7 @@ LAYOUTS: tuple[Layout, ...] = (
         signature=("mp_rank_{n}_model_states.pt", "zero_pp_rank_{n}_mp_rank_{n}_optim_states.pt",
                    "bf16_zero_pp_rank_{n}_mp_rank_{n}_optim_states.pt",
                    "zero_pp_rank_{n}_mp_rank_{n}_model_states.pt"),
-        pickle_modules=("deepspeed.",),
+        pickle_globals=W.DEEPSPEED,
         bookkeeping_keys=frozenset({
             "buffer_names", "param_shapes", "frozen_param_shapes", "shared_params", "frozen_param_fragments",
             "skipped_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config", "ds_version",
@@ -367,7 +369,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(
         key="dcp",
         title="DCP",
-        step_name=r"^(?P<step>)$",
+        step_name=r"^(?P<step>)\Z",
         container="dir",
         parts=(_DCP_TOP,),
         needs=(Need(what=".metadata", parts=(".metadata",), why="the save did not commit",
@@ -395,7 +397,7 @@ def layout(key: str, container: str = "dir") -> Layout:
 
 # -- file checkpoints: step from the name --------------------------------------------------
 
-# The names (suffixes, where the step is) are ``core.names``'s.
+# The names (suffixes, where the step is) are ``core.names``'s (``\Z``-anchored, ASCII steps).
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,8 +457,8 @@ class Found:
 def _combined(lay: Layout, is_dir: bool) -> tuple[re.Pattern[str], tuple[Part, ...]]:
     """One alternation per layout (a group per part): one match per file, not one per part."""
     parts = tuple(p for p in lay.parts if p.is_dir == is_dir)
-    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-1]})" for i, p in enumerate(parts))
-    return re.compile(f"^(?:{alts})$" if alts else r"(?!)"), parts
+    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-2]})" for i, p in enumerate(parts))
+    return re.compile(f"^(?:{alts})\\Z" if alts else r"(?!)"), parts
 
 
 def match_parts(lay: Layout, files: Iterable[str], dirs: Iterable[str]) -> Found:

@@ -35,6 +35,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptctl.core.verify import jsonsafe
+
 MANIFEST_NAME = "ckptctl.json"
 COMMIT_MARKER_NAME = ".ckptctl-committed"
 MANIFEST_FORMAT = "ckptctl.manifest"
@@ -110,16 +112,18 @@ def _int(doc: dict[str, Any], key: str, *, optional: bool = False) -> int | None
     value = doc.get(key)
     if value is None and optional:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ManifestError(f"field {key!r} must be a non-negative integer, got {value!r}")
+    if jsonsafe.bounded_int(value) is None or not isinstance(value, int):
+        shown = f"an integer of {value.bit_length()} bits" if isinstance(value, int) and value.bit_length() > 64 else (
+            repr(value)[:40])  # fmt: skip
+        raise ManifestError(f"field {key!r} must be a non-negative integer below 2**63, got {shown}")
     return value
 
 
 def parse_manifest(data: bytes) -> Manifest:
     """Parse and validate manifest bytes (raises ``ManifestError`` naming the field)."""
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        doc = jsonsafe.loads(data)
+    except jsonsafe.JsonError as e:
         raise ManifestError(f"not valid JSON: {e}") from e
     if not isinstance(doc, dict):
         raise ManifestError("not a JSON object")
@@ -146,21 +150,21 @@ def parse_manifest(data: bytes) -> Manifest:
             raise ManifestError(f"files[{i}].path {path!r} is listed twice")
         seen.add(path)
         size = item.get("size_bytes")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ManifestError(f"files[{i}].size_bytes must be a non-negative integer")
+        if not isinstance(size, int) or jsonsafe.bounded_int(size) is None:
+            raise ManifestError(f"files[{i}].size_bytes must be a non-negative integer below 2**63")
         checksum = item.get("checksum")
         if checksum is not None and (
             not isinstance(checksum, str) or len(checksum) != 8 or not _is_hex(checksum)
         ):
             raise ManifestError(f"files[{i}].checksum must be 8 hex digits or null")
         rank = item.get("rank")
-        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 0):
-            raise ManifestError(f"files[{i}].rank must be a non-negative integer or null")
+        if rank is not None and (not isinstance(rank, int) or jsonsafe.bounded_int(rank, hi=2**31) is None):
+            raise ManifestError(f"files[{i}].rank must be a non-negative integer (below 2**31) or null")
         files.append(ManifestFile(path=path, size_bytes=size, checksum=checksum, rank=rank))
     world_size = _int(doc, "world_size")
     assert world_size is not None
-    if world_size < 1:
-        raise ManifestError("field 'world_size' must be at least 1")
+    if not 1 <= world_size <= 2**31:
+        raise ManifestError("field 'world_size' must be between 1 and 2**31")
     step = _int(doc, "step")
     assert step is not None
     extra = doc.get("extra") or {}
@@ -207,9 +211,9 @@ def commit_marker_bytes(step: int, manifest_bytes: bytes) -> bytes:
 def check_commit_marker(marker: bytes, manifest_bytes: bytes) -> str | None:
     """None if the marker commits exactly these manifest bytes, else the reason it does not."""
     try:
-        doc = json.loads(marker.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return "commit marker is not valid JSON"
+        doc = jsonsafe.loads(marker, max_bytes=1 << 16)
+    except jsonsafe.JsonError as e:
+        return f"commit marker is not valid JSON ({e})"
     if not isinstance(doc, dict):
         return "commit marker is not a JSON object"
     expected = format_crc32(zlib.crc32(manifest_bytes))

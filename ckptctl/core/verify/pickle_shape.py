@@ -13,6 +13,11 @@ refuses a pickle that:
 - nests containers deeper than ``MAX_NESTING`` (tuples exactly; a list mutated after
   it was memoized is counted where it was built -- deep lists fail later with a
   catchable ``RecursionError``, never a crash);
+- leaves more than ``MAX_STACK`` values on the stack when it builds an empty container
+  (a genuine pickle's stack holds its nesting plus one 1,000-item batch; 20 million
+  ``EMPTY_SET`` in a row would make the C unpickler build 4 GB of sets), or builds more
+  empty containers than a quarter of its size in bytes (a genuine ``.metadata`` builds
+  one per ~14 bytes: they can only be filled from bytes that follow);
 - has no ``STOP`` or an opcode pickle does not define.
 
 Pure: bytes in, ``PickleShapeError`` out. Stdlib only.
@@ -25,6 +30,8 @@ import struct
 #: Deepest container nesting accepted. A genuine DCP ``.metadata`` nests about 8 deep
 #: (Metadata -> dict -> TensorStorageMetadata -> state -> chunks -> chunk -> state -> Size).
 MAX_NESTING = 100
+#: Most values on the stack when an empty container is pushed (see the module docstring).
+MAX_STACK = 100_000
 
 
 class PickleShapeError(ValueError):
@@ -102,6 +109,7 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
     memoize = memo.append
     push = stack.append
     pos = 0
+    built, max_built = 0, 10_000 + n // 4
     try:
         while True:  # data[pos] past the end raises IndexError: "no STOP" below
             code = data[pos]
@@ -176,6 +184,9 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
                 pos += 1
                 continue
             if code == 0x7D or code == 0x5D:  # EMPTY_DICT, EMPTY_LIST (then its items, after a MARK)
+                built += 1
+                if built > max_built or len(stack) > MAX_STACK:
+                    raise _too_many(pos, built, max_built)
                 push(0)
                 pos += 1
                 if data[pos] == 0x94:
@@ -278,6 +289,10 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
             if pos > n:
                 raise PickleShapeError(f"truncated: opcode at byte {arg_at - 1} claims {pos - n} bytes past the end")
             if effect == _PUSH:
+                if code == 0x8F:  # EMPTY_SET: the largest empty container
+                    built += 1
+                    if built > max_built or len(stack) > MAX_STACK:
+                        raise _too_many(pos, built, max_built)
                 push(0)
             elif effect == _MEMOIZE:
                 memoize(stack[-1])
@@ -346,6 +361,12 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING) -> None:
         if pos >= n:
             raise PickleShapeError("truncated: no STOP opcode") from None
         raise PickleShapeError(f"malformed pickle near byte {pos}") from None
+
+
+def _too_many(pos: int, built: int, max_built: int) -> PickleShapeError:
+    if built > max_built:
+        return PickleShapeError(f"more than {max_built:,} empty containers for its size (at byte {pos})")
+    return PickleShapeError(f"more than {MAX_STACK:,} values on the stack (at byte {pos})")
 
 
 def _memo_index(data: bytes, at: int, layout: int, size: int) -> int:

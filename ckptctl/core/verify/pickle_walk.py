@@ -5,9 +5,16 @@ tuples, sets, strings, bytes, numbers, booleans and None. Everything else (a
 global, the result of calling one, a torch storage reference) becomes an inert
 ``Opaque`` carrying the global's name, so nothing in the file runs and no class
 is imported. ``collections.OrderedDict()`` is rebuilt as a dict because every
-torch state dict is one. Bounded: the number of opcodes and the size of any
-string are capped by the caller's input size, and containers are built
-iteratively (no recursion). Pure: bytes in, value out.
+torch state dict is one.
+
+Bounded before anything is built: at most ``MAX_OPCODES`` opcodes, ``MAX_CONTAINERS``
+containers, ``MAX_STACK`` values on the stack (a genuine pickle's stack stays near its
+nesting plus one 1,000-item batch) and ``MAX_MEMO`` memo entries; past any of them,
+``PickleTooLargeError`` (the caller reads no keys; that alone is no damage). Containers
+are built iteratively (no recursion) and the value returned is cut at ``MAX_DEPTH``
+(deeper containers, and a container that holds itself, become ``Opaque``), so nothing
+that walks it later recurses without end (a tuple nested 100,000 deep). Pure: bytes in,
+value out.
 """
 
 from __future__ import annotations
@@ -17,11 +24,23 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Stop after this many opcodes (a torch.save data.pkl of a large model has a few million).
-MAX_OPCODES = 20_000_000
+MAX_OPCODES = 5_000_000
+#: Containers built at most (every tensor costs a torch.save pickle about five).
+MAX_CONTAINERS = 1_000_000
+#: Values on the stack at most: the pickler batches APPENDS/SETITEMS by 1,000 items.
+MAX_STACK = 100_000
+#: Memo entries at most.
+MAX_MEMO = 2_000_000
+#: The walked value is cut below this depth (keys and top-level values are what callers use).
+MAX_DEPTH = 16
 
 
 class PickleWalkError(ValueError):
     """Not a pickle this walker can follow; the message says why."""
+
+
+class PickleTooLargeError(PickleWalkError):
+    """Past the walker's cost caps: its keys are not read (not evidence of damage by itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +83,19 @@ def walk(data: bytes) -> Any:
     """The pickle's top-level value with only plain containers rebuilt."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
-    n = 0
+    n = containers = 0
     try:
         for op, arg, _pos in pickletools.genops(data):
             n += 1
             if n > MAX_OPCODES:
-                raise PickleWalkError(f"more than {MAX_OPCODES} opcodes")
+                raise PickleTooLargeError(f"more than {MAX_OPCODES:,} opcodes")
+            if len(stack) > MAX_STACK:
+                raise PickleTooLargeError(f"more than {MAX_STACK:,} values on the pickle stack")
             name = op.name
+            if name in _BUILDS:
+                containers += 1
+                if containers > MAX_CONTAINERS:
+                    raise PickleTooLargeError(f"more than {MAX_CONTAINERS:,} containers")
             if name in ("PROTO", "FRAME"):
                 continue
             if name == "STOP":
@@ -144,10 +169,10 @@ def walk(data: bytes) -> Any:
                 if name == "BINPERSID":
                     stack.pop()
                 stack.append(Opaque("persistent"))
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = stack[-1]  # type: ignore[arg-type]
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1]
+            elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                if len(memo) >= MAX_MEMO:
+                    raise PickleTooLargeError(f"more than {MAX_MEMO:,} memo entries")
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]  # type: ignore[arg-type]
             elif name in ("GET", "BINGET", "LONG_BINGET"):
                 key = int(arg)  # type: ignore[arg-type]
                 if key not in memo:
@@ -180,7 +205,49 @@ def walk(data: bytes) -> Any:
         raise PickleWalkError(f"not a valid pickle: {e}") from e
     if len(stack) != 1:
         raise PickleWalkError("the pickle does not leave exactly one value")
-    return stack[0]
+    return cut(stack[0], MAX_DEPTH)
+
+
+# Opcodes that build a container (counted against MAX_CONTAINERS before it is built).
+_BUILDS = frozenset({"EMPTY_DICT", "DICT", "EMPTY_LIST", "LIST", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2",
+                     "TUPLE3", "EMPTY_SET", "FROZENSET", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "INST"})  # fmt: skip
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+TOO_DEEP = Opaque("<nested too deep>")
+
+
+def cut(value: Any, max_depth: int) -> Any:
+    """A copy of ``value`` whose containers below ``max_depth`` (or holding an ancestor) are
+    ``TOO_DEEP``; iterative, shared containers copied once."""
+    if not isinstance(value, _CONTAINERS):
+        return value
+    done: dict[int, Any] = {}
+    # each container is visited twice: first to push its children, then (children done) to copy
+    todo: list[tuple[Any, int, bool]] = [(value, 0, False)]
+    while todo:
+        item, depth, children_done = todo.pop()
+        if not children_done:
+            if id(item) in done:
+                continue
+            done[id(item)] = TOO_DEEP  # stays so below max_depth, or when reached again from inside
+            if depth >= max_depth:
+                continue
+            todo.append((item, depth, True))
+            kids = item.values() if isinstance(item, dict) else item
+            todo.extend((c, depth + 1, False) for c in kids if isinstance(c, _CONTAINERS) and id(c) not in done)
+            continue
+
+        def copy(c: Any) -> Any:
+            return done.get(id(c), TOO_DEEP) if isinstance(c, _CONTAINERS) else c
+
+        if isinstance(item, dict):
+            done[id(item)] = {k: copy(v) for k, v in item.items()}
+        elif isinstance(item, list):
+            done[id(item)] = [copy(c) for c in item]
+        elif isinstance(item, tuple):
+            done[id(item)] = tuple(copy(c) for c in item)
+        else:
+            done[id(item)] = type(item)(item)  # sets hold scalars only (see _hashable)
+    return done[id(value)]
 
 
 def _plain_call(what: str, args: Any) -> Any:

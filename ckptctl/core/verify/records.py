@@ -24,6 +24,7 @@ from typing import Any
 
 from ckptctl.core.verify.contract import CRC_MISMATCH, RECORD_CORRUPT, RECORD_TRUNCATED, ProblemCode
 from ckptctl.core.verify.dcp import is_dtype_name
+from ckptctl.core.verify.pickle_shape import PickleShapeError, check_shape
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
@@ -33,6 +34,11 @@ _LFH = b"PK\x03\x04"
 #: How far from a record's end its central directory can start, for a record with
 #: few members (torch writes 6-8). Callers read this much of the tail first.
 TAIL_READ_BYTES = 64 * 1024
+#: Most members a zip directory may list: torch.save writes one per storage (a big optimizer
+#: state has thousands); a directory of a million entries is refused before it is walked.
+MAX_ZIP_MEMBERS = 1 << 18
+#: Problems listed per file; past this they are counted (``RecordFindings.unlisted``).
+MAX_LISTED_PROBLEMS = 20
 
 # Globals a legitimate DCP record pickle (tensor rebuild, numpy RNG state, plain
 # containers) references. Anything else is reported as hostile.
@@ -69,17 +75,32 @@ _ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "range"),
     }
 )
-_TORCH_STORAGE = re.compile(r"^[A-Z][A-Za-z0-9]*Storage$")
+_TORCH_STORAGE = re.compile(r"[A-Z][A-Za-z0-9]*Storage")
+_NUMPY_DTYPE_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*DType")
 
 
-def is_allowed_global(module: str, name: str, extra: frozenset[str] = frozenset()) -> bool:
-    """May a record's pickle reference ``module.name``?"""
-    if (module, name) in _ALLOWED_GLOBALS or f"{module}.{name}" in extra:
+def is_allowed_global(
+    module: str,
+    name: str,
+    extra: frozenset[str] = frozenset(),
+    writer: frozenset[tuple[str, str]] = frozenset(),
+) -> bool:
+    """May a record's pickle reference ``module.name``? Exact globals only, never a prefix.
+
+    ``(module, name)`` as the pickle spells them: a dotted ``name`` (protocol 4 resolves
+    ``a.b.c`` attribute by attribute, so ``('transformers.trainer_utils', 'os.system')``
+    reaches ``os.system``) is refused unless that exact pair is listed. ``writer``: the
+    framework's own classes (``core.layouts.Layout.pickle_globals``); ``extra``: ``--allow-global``.
+    """
+    if (module, name) in _ALLOWED_GLOBALS or (module, name) in writer or f"{module}.{name}" in extra:
         return True
-    # dtypes by name (the known ones, or shaped like one: never a function such as float_power)
-    if module == "torch" and (_TORCH_STORAGE.match(name) or is_dtype_name(name)):
+    if not name.isidentifier():
+        return False  # a dotted, spaced or empty name: an attribute chain, never a listed class
+    # dtypes and storages by name (the known ones, or shaped like one: never a function such as
+    # float_power); numpy 2's dtype classes
+    if module == "torch" and (_TORCH_STORAGE.fullmatch(name) or is_dtype_name(name)):
         return True
-    return module == "numpy.dtypes" and name.endswith("DType")
+    return module == "numpy.dtypes" and _NUMPY_DTYPE_CLASS.fullmatch(name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +125,11 @@ class RecordFormatError(ValueError):
     def __init__(self, message: str, *, code: ProblemCode = RECORD_CORRUPT) -> None:
         super().__init__(message)
         self.code: ProblemCode = code
+
+
+class ZipDirectoryRefusedError(RecordFormatError):
+    """The member table was read whole and is refused for what it lists (too many members,
+    members on top of each other): not an archive cut short."""
 
 
 #: The most a compressed (deflate) member may inflate to, and by what ratio. torch.save
@@ -165,6 +191,8 @@ def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
         )
     if n_total * _CDH_SIZE > cd_size:
         raise RecordFormatError(f"zip directory claims {n_total} entries in {cd_size} bytes")
+    if n_total > MAX_ZIP_MEMBERS:
+        raise ZipDirectoryRefusedError(f"zip directory lists {n_total:,} members (more than {MAX_ZIP_MEMBERS:,}: refused unread)")
     members: list[Member] = []
     p = rel_cd
     for _ in range(n_total):
@@ -178,7 +206,24 @@ def _parse_directory(tail: bytes, record_length: int) -> list[Member]:
             usize, csize, lho = _apply_zip64_extra(extra, usize, csize, lho)
         members.append(Member(name, crc, csize, usize, method, lho))
         p += 46 + nlen + xlen + clen
+    _check_no_overlap(members)
     return members
+
+
+def _check_no_overlap(members: list[Member]) -> None:
+    """Members sit one after another: each spans at least its 30-byte local header, its name
+    and its data, and the next starts after that (a directory of entries that all point at
+    the same bytes is one problem, found without reading them)."""
+    ordered = sorted(members, key=lambda m: m.local_header_offset)
+    end = -1
+    overlapping = []
+    for m in ordered:
+        if m.local_header_offset < end:
+            overlapping.append(m)
+        end = max(end, m.local_header_offset + 30 + len(m.name.encode()) + m.compressed_size)
+    if overlapping:
+        raise ZipDirectoryRefusedError(f"{len(overlapping):,} zip member(s) overlap the one before them "
+                                f"(e.g. {overlapping[0].name[:100]!r})")  # fmt: skip
 
 
 def _apply_zip64_extra(extra: bytes, usize: int, csize: int, lho: int) -> tuple[int, int, int]:
@@ -225,7 +270,8 @@ class HostileGlobal:
     where: str
     """The zip member holding the pickle."""
     name: str
-    """``module.name``, or ``<...>`` when it cannot be resolved without running the pickle."""
+    """``module.name`` (``module:dotted.name`` for an attribute chain), or ``<...>`` when it
+    cannot be resolved without running the pickle."""
 
     @property
     def message(self) -> str:
@@ -243,14 +289,32 @@ class RecordFindings:
     """Damage: a member CRC-32 mismatch, a record cut short, a malformed zip or pickle."""
     hostile: list[HostileGlobal] = field(default_factory=list)
     """Pickle globals outside the allow-list."""
+    writer_globals: set[str] = field(default_factory=set)
+    """Globals admitted as the framework's own classes (loading the file runs them)."""
     members_checked: int = 0
     members_without_crc: int = 0
 
+    unlisted: int = 0
+    """Problems past ``MAX_LISTED_PROBLEMS``: counted, not listed (``summary``)."""
+
     def add(self, message: str, code: ProblemCode = RECORD_CORRUPT) -> None:
-        self.problems.append(RecordProblem(code, message))
+        self._add(RecordProblem(code, message))
 
     def add_error(self, error: RecordFormatError, prefix: str = "") -> None:
-        self.problems.append(RecordProblem(error.code, f"{prefix}{error}"))
+        self._add(RecordProblem(error.code, f"{prefix}{error}"))
+
+    def _add(self, problem: RecordProblem) -> None:
+        if len(self.problems) < MAX_LISTED_PROBLEMS:
+            self.problems.append(problem)
+        else:
+            self.unlisted += 1
+
+    def listed(self) -> list[RecordProblem]:
+        """The problems to show: the first ``MAX_LISTED_PROBLEMS``, then one line for the rest."""
+        if not self.unlisted:
+            return list(self.problems)
+        more = RecordProblem(self.problems[-1].code, f"... and {self.unlisted:,} more problem(s) (not listed)")
+        return [*self.problems, more]
 
 
 def check_member_crc(member: Member, computed_crc: int, findings: RecordFindings) -> None:
@@ -268,38 +332,59 @@ def check_member_crc(member: Member, computed_crc: int, findings: RecordFindings
         )
 
 
-def pickle_globals(data: bytes) -> list[str]:
-    """Every global a pickle references (``module.name``), found without executing it.
+#: The most opcodes a pickle scan walks (a torch.save data.pkl of a big model has a few million).
+MAX_SCAN_OPCODES = 20_000_000
+_UNRESOLVED = ("<unresolvable STACK_GLOBAL>", "")
 
-    Raises ``RecordFormatError`` if the bytes are not a valid pickle stream.
+
+def pickle_globals(data: bytes, *, max_opcodes: int = MAX_SCAN_OPCODES) -> list[tuple[str, str]]:
+    """Every global a pickle references, as ``(module, name)`` exactly as the pickle spells them
+    (``name`` may be dotted), found without executing it. An unresolvable ``STACK_GLOBAL``
+    (its operands not two strings just pushed) is ``_UNRESOLVED``: never allowed.
+
+    Raises ``RecordFormatError`` if the bytes are not a valid pickle stream or run past
+    ``max_opcodes`` (the scan builds nothing, so memory stays bounded by the memo of names).
     """
-    found: list[str] = []
+    found: list[tuple[str, str]] = []
     recent: list[object] = []  # values pushed lately: enough to resolve STACK_GLOBAL
-    memo: dict[int, object] = {}
+    memo: dict[int, str] = {}  # only strings: what a STACK_GLOBAL may name (bounded by the data)
+    memo_next = 0
+    memo_ops: set[str] = set()  # MEMOIZE's index counts PUT's keys too: both in one pickle -> unknown
+    count = 0
     try:
         for op, arg, _pos in pickletools.genops(data):
+            count += 1
+            if count > max_opcodes:
+                raise RecordFormatError(f"data.pkl has more than {max_opcodes:,} opcodes (refused unscanned)")
             name = op.name
             if name in ("GLOBAL", "INST"):
                 module, _, attr = str(arg).partition(" ")
-                found.append(f"{module}.{attr}")
+                found.append((module, attr))
                 recent.append(None)
             elif name == "STACK_GLOBAL":
                 if len(recent) >= 2 and isinstance(recent[-2], str) and isinstance(recent[-1], str):
-                    found.append(f"{recent[-2]}.{recent[-1]}")
+                    found.append((str(recent[-2]), str(recent[-1])))
                 else:
-                    found.append("<unresolvable STACK_GLOBAL>")
+                    found.append(_UNRESOLVED)
                 recent.append(None)
             elif name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE",
                           "SHORT_BINSTRING", "BINSTRING", "STRING"):  # fmt: skip
                 recent.append(arg)
             elif name == "MEMOIZE":
-                memo[len(memo)] = recent[-1] if recent else None
+                memo_ops.add("MEMOIZE")
+                if recent and isinstance(recent[-1], str):
+                    memo[memo_next] = recent[-1]
+                memo_next += 1
             elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
-                memo[int(arg)] = recent[-1] if recent else None  # type: ignore[arg-type]
+                memo_ops.add("PUT")
+                if recent and isinstance(recent[-1], str):
+                    memo[int(arg)] = recent[-1]  # type: ignore[arg-type]
+                else:
+                    memo.pop(int(arg), None)  # type: ignore[arg-type]
             elif name in ("BINGET", "LONG_BINGET", "GET"):
-                recent.append(memo.get(int(arg)))  # type: ignore[arg-type]
+                recent.append(memo.get(int(arg)) if len(memo_ops) < 2 else None)  # type: ignore[arg-type]
             elif name in ("EXT1", "EXT2", "EXT4"):
-                found.append(f"<extension registry code {arg}>")
+                found.append((f"<extension registry code {arg}>", ""))
             else:
                 recent.append(None)
             if len(recent) > 8:
@@ -309,17 +394,41 @@ def pickle_globals(data: bytes) -> list[str]:
     return found
 
 
-def scan_pickle(data: bytes, findings: RecordFindings, where: str, extra_allowed: frozenset[str]) -> None:
-    """Record in ``findings`` any global of ``data`` outside the allow-list."""
+def shown_global(module: str, name: str) -> str:
+    """``module.name``; ``module:a.b`` when the name is an attribute chain (so the split shows)."""
+    if module.startswith("<"):
+        return module
+    return f"{module}:{name}" if not name.isidentifier() else f"{module}.{name}"
+
+
+def scan_pickle(
+    data: bytes,
+    findings: RecordFindings,
+    where: str,
+    extra_allowed: frozenset[str],
+    writer: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
+    """Record in ``findings`` any global of ``data`` outside the allow-list (exact globals).
+
+    The opcode shape is checked first (``core.pickle_shape``: lengths inside the data, stack
+    height, empty containers, nesting), in a fast pass: a pickle that would cost more to load
+    than its size allows is corrupt before the slower global scan reads it.
+    """
+    try:
+        check_shape(data)
+    except PickleShapeError as e:
+        findings.add(f"{where}: pickle refused before its scan: {e}")
+        return
     try:
         names = pickle_globals(data)
     except RecordFormatError as e:
         findings.add_error(e, f"{where}: ")
         return
-    for full in names:
-        module, _, name = full.rpartition(".")
-        if full.startswith("<") or not is_allowed_global(module, name, extra_allowed):
-            findings.hostile.append(HostileGlobal(where, full))
+    for module, name in names:
+        if module.startswith("<") or not is_allowed_global(module, name, extra_allowed, writer):
+            findings.hostile.append(HostileGlobal(where, shown_global(module, name)))
+        elif (module, name) in writer:
+            findings.writer_globals.add(f"{module}.{name}")
 
 
 def inflate_capped(raw: bytes, declared_size: int) -> bytes:

@@ -10,14 +10,22 @@ same rules here mean "the library will load it". Pure: bytes in, findings out.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptctl.core.verify import jsonsafe
+from ckptctl.core.verify.bounded_repr import bounded_repr
+
 #: Headers larger than this are refused (the library's own limit is 100 MB).
 MAX_HEADER_BYTES = 100_000_000
+#: Most dimensions a tensor shape may have: far past any real tensor (numpy stops at 64),
+#: it bounds what one crafted shape costs to read and to show.
+MAX_RANK = 1024
+#: Offsets, dimensions and element counts are unsigned 64-bit in the library (it refuses a
+#: shape whose element count overflows): anything at or past this is refused here too.
+U64_LIMIT = 2**64
 
 #: Bytes per element by safetensors dtype name.
 DTYPE_BYTES: dict[str, int] = {
@@ -73,8 +81,8 @@ def looks_like_safetensors(first9: bytes) -> bool:
 def parse_header(raw: bytes, header_bytes: int) -> Header:
     """Parse the N bytes after the length; ``SafetensorsError`` if malformed."""
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        obj = jsonsafe.loads(raw, max_bytes=MAX_HEADER_BYTES)
+    except jsonsafe.JsonError as e:
         raise SafetensorsError(f"header is not JSON: {e}") from e
     if not isinstance(obj, dict):
         raise SafetensorsError("header is not a JSON object")
@@ -89,16 +97,33 @@ def parse_header(raw: bytes, header_bytes: int) -> Header:
         dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if not isinstance(dtype, str):
             raise SafetensorsError(f"tensor {name!r}: no dtype")
+        shown = bounded_repr(name)
         if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-            raise SafetensorsError(f"tensor {name!r}: shape {shape!r} is not a list of counts")
+            raise SafetensorsError(f"tensor {shown}: shape {bounded_repr(shape)} is not a list of counts under 2**64")
+        if len(shape) > MAX_RANK:
+            raise SafetensorsError(f"tensor {shown}: shape has {len(shape)} dimensions (at most {MAX_RANK})")
+        if numel(shape) is None:
+            raise SafetensorsError(f"tensor {shown}: shape {bounded_repr(shape)} holds 2**64 elements or more")
         if not (isinstance(offs, list) and len(offs) == 2 and all(_is_count(o) for o in offs)):
-            raise SafetensorsError(f"tensor {name!r}: data_offsets {offs!r} is not [begin, end]")
+            raise SafetensorsError(f"tensor {shown}: data_offsets {bounded_repr(offs)} is not [begin, end]")
         out.tensors[name] = TensorInfo(name, dtype, tuple(shape), offs[0], offs[1])
     return out
 
 
 def _is_count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    """A non-negative int under 2**64 (never a bool, a float, a 4,000-digit int)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < U64_LIMIT
+
+
+def numel(shape: list[int] | tuple[int, ...]) -> int | None:
+    """The element count of a shape of counts, or None once it reaches 2**64 (the product
+    stops there: a long shape of huge ints never builds a huge int)."""
+    n = 1
+    for d in shape:
+        n *= d
+        if n >= U64_LIMIT:
+            return None
+    return n
 
 
 def check_header(h: Header, file_size: int, *, exact_end: bool = True) -> list[tuple[bool, str]]:
@@ -122,13 +147,11 @@ def check_header(h: Header, file_size: int, *, exact_end: bool = True) -> list[t
             problems.append((False, f"tensor {t.name} at data offset {t.begin} {what}"))
         pos = max(pos, t.end)
         itemsize = DTYPE_BYTES.get(t.dtype)
-        numel = 1
-        for d in t.shape:
-            numel *= d
-        if itemsize is not None and t.end - t.begin != numel * itemsize:
+        count = numel(t.shape) or 0  # parse_header refused the shapes it cannot count
+        if itemsize is not None and t.end - t.begin != count * itemsize:
             problems.append(
-                (False, f"tensor {t.name}: {t.end - t.begin} bytes for shape {list(t.shape)} {t.dtype} "
-                        f"(needs {numel * itemsize})")
+                (False, f"tensor {t.name}: {t.end - t.begin} bytes for shape {bounded_repr(list(t.shape))} "
+                        f"{bounded_repr(t.dtype)} (needs {count * itemsize})")
             )
     if pos > data_size:
         problems.append((True, f"truncated: tensors need {pos} bytes of data, the file has {data_size}"))
@@ -147,8 +170,8 @@ class Index:
 
 def parse_index(data: bytes) -> Index:
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        obj = jsonsafe.loads(data)
+    except jsonsafe.JsonError as e:
         raise SafetensorsError(f"not JSON: {e}") from e
     wm = obj.get("weight_map") if isinstance(obj, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(f, str) for k, f in wm.items()):

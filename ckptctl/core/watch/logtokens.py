@@ -15,11 +15,12 @@ from __future__ import annotations
 import ast
 import calendar
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from ckptctl.core.verify import jsonsafe
 
 #: Longest line read; the rest of a longer line is ignored (a 200 MB line cannot cost more).
 MAX_LINE_CHARS = 65536
@@ -113,7 +114,10 @@ def _key(words: list[str]) -> str:
     return "_".join(w.lower().strip("./()") for w in words[-6:] if w.strip("./()"))
 
 
-_WORD = r"\(?[A-Za-z_][\w./]*(?:-[A-Za-z][\w./]*)*\)?"
+# Each part of a key word is at most 128 characters and a word at most 8 parts: a start inside a
+# long run of word characters ("a/a/a/...", "a-a-a-...") then costs a bounded scan, so the
+# field regex stays linear in the line (unbounded, a 64 KiB such line took minutes).
+_WORD = r"\(?[A-Za-z_][\w./]{0,127}(?:-[A-Za-z][\w./]{0,127}){0,7}\)?"
 #: The key a bracketed step counter is read under (a step key; see ``_BRACKET_STEP``).
 _BRACKET_KEY = "iter"
 # One pass of the regex engine finds every field (Python only sees the matches):
@@ -130,7 +134,7 @@ _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
     r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
-    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
@@ -440,8 +444,8 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
     body = text[start : end + 1]
     if '"' in body:
         try:
-            doc = json.loads(body)  # accepts NaN / Infinity
-        except ValueError:
+            doc = jsonsafe.loads(body)  # accepts NaN / Infinity; a line nested 30,000 deep is no dict
+        except jsonsafe.JsonError:
             doc = None
         if isinstance(doc, dict):
             return doc, "jsonl"

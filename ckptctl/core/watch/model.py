@@ -80,11 +80,14 @@ RELATIVE_COUNTER = "relative-step-counter"
 """The resumed run counts steps from 0 again; read as checkpoint step + counter (restore line)."""
 SELF_BASELINE = "self-baseline"
 """Too few pre-failure points for a trend: judged against the run's own recent level."""
+UNREAD_INPUT = "unread-input"
+"""Part of the source could not be read (a record failing its checksum, bytes past a broken
+header): no ``continuous`` verdict passes over it; such a verdict becomes ``insufficient-data``."""
 EARLIER_DATA_POSITION_MISMATCH = "earlier-data-position-mismatch"
 """An earlier resume in the log did not continue the data position (the resume judged did)."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    EARLIER_DATA_POSITION_MISMATCH,
+    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.
