@@ -65,9 +65,14 @@ class ActiveJob:
     ended: str | None = None
     """When ckptctl saw the job end (set by ``clear_active_job``)."""
     end_reason: str | None = None
+    supervisor_log: str | None = None
+    """The event log of the recovery supervisor that owns the job while it watches it
+    (``ops.recover_supervisor``; ``owner.pid`` is that supervisor's pid)."""
 
     @classmethod
-    def from_launch(cls, launch: audit.Launch, *, attempt: int | None = None) -> ActiveJob:
+    def from_launch(
+        cls, launch: audit.Launch, *, attempt: int | None = None, supervisor_log: str | None = None
+    ) -> ActiveJob:
         return cls(
             backend=launch.backend,
             job_id=launch.job_id,
@@ -78,7 +83,18 @@ class ActiveJob:
             resume_from=launch.resume_from,
             log=launch.log,
             attempt=attempt,
+            supervisor_log=supervisor_log,
         )
+
+    def describe(self) -> str:
+        """``local job 1234 (attempt 1, from step_30) started 2026-...Z by alice on login1``."""
+        extra = [f"attempt {self.attempt}"] if self.attempt is not None else []
+        if self.resume_from:
+            extra.append("from " + self.resume_from.rstrip("/").rsplit("/", 1)[-1])
+        shown = f" ({', '.join(extra)})" if extra else ""
+        who = f" by {self.owner.user}" if self.owner.user else ""
+        where = f" on {self.owner.host}" if self.owner.host else ""
+        return f"{self.backend} job {self.job_id}{shown} started {self.started or '?'}{who}{where}"
 
     @property
     def host(self) -> str:
@@ -103,6 +119,8 @@ class ActiveJob:
         # keys added after the first version, present once known
         if self.attempt is not None:
             doc["attempt"] = self.attempt
+        if self.supervisor_log is not None:
+            doc["supervisor_log"] = self.supervisor_log
         if self.ended is not None:
             doc["ended"] = self.ended
             doc["end_reason"] = self.end_reason
@@ -135,6 +153,7 @@ class ActiveJob:
             attempt=doc.get("attempt") if isinstance(doc.get("attempt"), int) else None,
             ended=_str(doc.get("ended")),
             end_reason=_str(doc.get("end_reason")),
+            supervisor_log=_str(doc.get("supervisor_log")),
         )
 
 
@@ -156,11 +175,12 @@ def read_active_job(root: RunRoot) -> ActiveJob | None:
     return None if job is None or job.ended is not None else job
 
 
-def clear_active_job(root: RunRoot, *, ended: str, reason: str) -> ActiveJob | None:
+def clear_active_job(root: RunRoot, *, ended: str, reason: str, job_id: str | None = None) -> ActiveJob | None:
     """Close the recorded job (kept, with ``ended`` and ``end_reason``: ``status`` still shows
-    it, nothing is deleted). Returns the closed record; None when there was none."""
+    it, nothing is deleted). Returns the closed record; None when there was none (or, with
+    ``job_id``, when the open record is another job's: a later recovery's, left alone)."""
     job = read_active_job(root)
-    if job is None:
+    if job is None or (job_id is not None and job.job_id != job_id):
         return None
     closed = replace(job, ended=ended, end_reason=reason)
     write_active_job(root, closed)
