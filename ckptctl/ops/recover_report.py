@@ -161,6 +161,8 @@ class AttemptRecord:
     """How the backend ran the job (JSON: ``{backend, job_id, script, state, still_running}``)."""
     quarantined: list[str] = field(default_factory=list)
     """Checkpoints this attempt's bad resume led recover to quarantine (its own saves included)."""
+    hang: dict[str, Any] | None = None
+    """The evidence of a hang (``ops.recover_hang``) when the job was stopped for one."""
 
     def to_json(self) -> dict[str, Any]:
         a = self.attempt
@@ -180,6 +182,8 @@ class AttemptRecord:
             "still_running": a.still_running,
             "job": self.job.to_json() if self.job else None,
             "quarantined": self.quarantined,
+            "cause": a.cause,
+            "hang": self.hang,
         }
 
 

@@ -20,6 +20,7 @@ missing or unreadable one is ``None`` (or left out of a list).
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -104,6 +105,11 @@ class ActiveJob:
     def ref(self) -> JobRef:
         """The job as its backend knows it (ask ``backend.state(ref)`` whether it is alive)."""
         return JobRef(backend=self.backend, job_id=self.job_id, host=self.owner.host or None)
+
+    @staticmethod
+    def ref_of(backend: str, job_id: str) -> JobRef:
+        """A job this host's ckptctl just started (its ``ref()`` before a record exists)."""
+        return JobRef(backend=backend, job_id=job_id, host=socket.gethostname())
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
