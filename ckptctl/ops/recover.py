@@ -369,7 +369,16 @@ def _walk(
         sleep=ints.sleep if ints is not None else time.sleep,
         checkpoint=lambda: rec.checkpoint("capacity"),
     )
-    if refusal is not None or decision is None:
+    if (refusal is not None or decision is None) and effects.dry:
+        # a dry run shows the whole plan: the relaunch is sized as configured, the step is marked
+        from ckptctl.core.launch.plan import plan_capacity
+
+        why = refusal or "capacity check failed"
+        report.could_not_check.append({"stage": "capacity", "reason": why})
+        rec.log("capacity", f"could not check: {why}; the rest of the plan assumes the configured nodes")
+        lc = config.launch
+        decision = plan_capacity(lc.min_nodes, lc.max_nodes, None, excluded, config.recover.min_nodes_policy)
+    elif refusal is not None or decision is None:
         return rec.stop(refusal or "capacity check failed")
     rec.mark("capacity")
 

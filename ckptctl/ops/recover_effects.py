@@ -61,6 +61,10 @@ class DryEffects(Effects):
         rec.log("launch", preview.summary)
         rec.report.outcome = "dry-run"
         rec.report.reason = "dry run: the plan above would be carried out"
+        if rec.report.could_not_check:
+            rec.report.reason += ", but could not check: " + "; ".join(
+                f"{c['stage']}: {c['reason']}" for c in rec.report.could_not_check
+            )
         return None
 
 

@@ -223,6 +223,8 @@ class RecoveryReport:
     """The incident ledger entry (``decisions.incidents``): times, steps recomputed, verdicts, hosts."""
     cadence: dict[str, Any] | None = None
     """``ckptctl cadence`` of the run root at the end: save cost, interval, MTBF, Young/Daly optimum."""
+    could_not_check: list[dict[str, str]] = field(default_factory=list)
+    """A dry run's live checks that failed (``{stage, reason}``): the walk went on past them; exit 3."""
 
     def last_job(self) -> dict[str, Any] | None:
         """The last attempt's job (JSON), if any."""
@@ -233,6 +235,8 @@ class RecoveryReport:
     def exit_code(self) -> int:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by  # 130 / 143, as `ckptctl launch` and a shell report it
+        if self.could_not_check and self.outcome == "dry-run":
+            return 3  # the plan is shown whole, but a real run would stop (or might) at that step
         return decisions.OUTCOME_EXIT.get(self.outcome, 3)
 
     def to_json(self) -> dict[str, Any]:
@@ -266,6 +270,7 @@ class RecoveryReport:
             "incident": self.incident,
             "locate_after": self.locate_after,
             "cadence": self.cadence,
+            "could_not_check": self.could_not_check,
         }
 
 
