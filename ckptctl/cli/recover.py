@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -120,6 +122,13 @@ class _Console:
             fn()
         except OSError:
             self.gone = True
+            # stdout/stderr now lead nowhere: point them at /dev/null so nothing later (rich's
+            # buffers, the interpreter's last flush) fails on them and changes the exit code
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for fd in (1, 2):
+                with contextlib.suppress(OSError):
+                    os.dup2(devnull, fd)
+            os.close(devnull)
 
     def event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
