@@ -120,7 +120,9 @@ class _Console:
             return
         try:
             fn()
-        except OSError:
+        except (OSError, SystemExit):
+            # SystemExit: rich's console answers a broken pipe (EPIPE) with SystemExit(1); the
+            # recovery's outcome, not the reader's absence, decides recover's exit code
             self.gone = True
             # stdout/stderr now lead nowhere: point them at /dev/null so nothing later (rich's
             # buffers, the interpreter's last flush) fails on them and changes the exit code
@@ -205,7 +207,6 @@ def recover_cmd(
     from ckptctl.ops import recover_supervisor
     from ckptctl.ops.launch import load_config
     from ckptctl.ops.recover import plan_recovery, recover
-    from ckptctl.runroot.root import as_run_root
 
     if on_unknown not in ("resume", "stop"):
         raise UsageError(f"--on-unknown must be 'resume' or 'stop', got {on_unknown!r}")
@@ -244,8 +245,7 @@ def recover_cmd(
         )
         doc, plan_lines, code = report.to_json(), (report.plan.lines() if report.plan else []), report.exit_code
     else:
-        rr = as_run_root(run_root)  # a missing root fails here, before anything is started
-        sup = recover_supervisor.start(run_root, rr, logs=list(logs or []), **kwargs)
+        sup = recover_supervisor.start(run_root, logs=list(logs or []), **kwargs)
         end = recover_supervisor.follow(sup, on_event=console.event)
         if end.get("kind") != "end":
             console.write(lambda: out.error(str(end.get("message")), end.get("hint")))

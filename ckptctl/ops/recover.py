@@ -18,7 +18,18 @@ record is a typed ``runroot.audit`` record: ``drain``, ``launch``, ``recover``, 
 ``quarantine`` records of a fallback (through ``ops.rollback`` -> ``runroot.mutate``).
 
 ``dry_run`` executes the same plan through ``DryEffects``: no lock, no drain, one
-capacity look, no launch, no rename, no report file.
+capacity look (a failed one is marked ``could_not_check`` and the walk goes on), no
+launch, no rename, no report file.
+
+Under the lock, before anything else, ``ops.recover_guard`` makes sure the run root has
+no live job (``job.json``): refused (exit 4), stopped with ``replace`` (audited), or a
+stale record superseded (audited). The CLI runs this function in a supervisor process of
+its own session (``ops.recover_supervisor``), which passes ``interrupts``: the operator's
+SIGINT/SIGTERM end the recovery at the next safe point (between steps; while a job runs,
+the backend stops it first), never in the middle of a rename. Each attempt's job is also
+watched for progress (``ops.recover_hang.AttemptGuard``): a hang stops it, with its
+evidence, as a failed attempt. What the watch decided and what recover waits for next is
+narrated as soon as it is known (``_WatchNarrator``).
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from typing import Any
 from ckptctl.adapters.signals import Interrupts
 from ckptctl.backends import registry
 from ckptctl.core.config.schema import CkptctlConfig
-from ckptctl.core.launch.plan import signal_name
+from ckptctl.core.launch.plan import plan_capacity, signal_name
 from ckptctl.core.recover import decisions
 from ckptctl.core.recover.evidence import STACK_DUMP_DIR_ENV
 from ckptctl.core.recover.plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
@@ -248,10 +259,11 @@ def recover(
             # runroot.lock has written the break-lock audit record
             report.warnings.append("a stale lock left by a dead process was broken")
         effects: Effects = DryEffects() if dry_run else RealEffects(rr, held, now, supervisor_log=supervisor_log)
+        if not dry_run:
+            # one job per run root: a refusal here (exit 4) leaves no report, like the lock's
+            for note in guard.check_run_root_job(rr, replace=replace, grace_s=config.launch.stop_grace_s, clock=now):
+                rec.log("replace", note)
         try:
-            if not dry_run:
-                for note in guard.check_run_root_job(rr, replace=replace, grace_s=config.launch.stop_grace_s, clock=now):
-                    rec.log("replace", note)
             _walk(
                 rec,
                 rr,
@@ -371,8 +383,6 @@ def _walk(
     )
     if (refusal is not None or decision is None) and effects.dry:
         # a dry run shows the whole plan: the relaunch is sized as configured, the step is marked
-        from ckptctl.core.launch.plan import plan_capacity
-
         why = refusal or "capacity check failed"
         report.could_not_check.append({"stage": "capacity", "reason": why})
         rec.log("capacity", f"could not check: {why}; the rest of the plan assumes the configured nodes")
@@ -431,6 +441,8 @@ def _walk(
             _n.after_line(_s, _g.tracker)
             return stop
 
+        if not effects.dry:
+            rec.log("watch", f"waiting for the resumed job's first training step; hang check: {progress.describe()}")
         run = effects.launch(
             rec, config, lplan,
             detach=plan.detach,

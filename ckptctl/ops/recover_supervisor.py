@@ -49,7 +49,7 @@ from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import resolve_log_dir
 from ckptctl.errors import CkptctlError
 from ckptctl.ops import recover_guard as guard
-from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.root import as_run_root
 
 __all__ = ["Supervised", "follow", "start"]
 
@@ -85,7 +85,6 @@ def _unique(base: str) -> str:
 
 def start(
     root: str,
-    rr: RunRoot,
     *,
     config: CkptctlConfig,
     replace: bool,
@@ -95,7 +94,8 @@ def start(
     """Refuse now if the run root is busy (``guard.preflight``, exit 4, nothing written); else
     start the supervisor of ``ops.recover.recover(root, config=config, logs=logs, replace=replace,
     **recover_kwargs)`` and return it. ``--logs -`` is copied to a file first (the supervisor
-    has no stdin)."""
+    has no stdin). ``NotFoundError`` when the run root does not exist (nothing started)."""
+    rr = as_run_root(root)
     guard.preflight(rr, replace=replace)
     log_dir, _ = resolve_log_dir(rr.url, config.launch.log_dir)
     os.makedirs(log_dir, exist_ok=True)
