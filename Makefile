@@ -19,6 +19,12 @@ $(STAMP): pyproject.toml Makefile
 	  echo "installing slurm-wlm and munge with apt-get (Debian packages): the Slurm tests start a real two-node Slurm on this machine" && \
 	  (apt-get update -qq && apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
 	  echo "slurm-wlm/munge not installed: the Slurm tests will be skipped"
+	@# Preemption tests (tests/test_training_preemption.py, test_slurm_preemption.py) read each worker's exit status with
+	@# strace (torchrun reports none once signalled): Debian's strace, installed when root with apt, else those tests are skipped.
+	@command -v strace >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing strace (Debian package, ~2 MB): the preemption tests read the workers' exit statuses with it" && \
+	  (apt-get update -qq && apt-get install -y -qq strace) >/dev/null 2>&1; } || \
+	  echo "strace not installed: the preemption tests that read worker exit statuses will be skipped"
 	@# HTML report tests (tests/test_report.py) open `ckptctl report`'s page in a real headless browser:
 	@# Debian's chromium, installed when root with apt (about 480 MB with its libraries), else those tests are skipped.
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \

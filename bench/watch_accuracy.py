@@ -1,15 +1,23 @@
-"""Score ``ckptctl watch`` on the realistic resume corpus (tests/fixtures/losslogs_realistic/).
+"""Score ``ckptctl watch`` on the realistic resume corpus and on the replay corpus.
 
 Every log is read whole by ``ckptctl.ops.watch.watch_log`` (what ``ckptctl watch LOG``
 runs) with default thresholds and no hint: no ``--format``, no ``--resume-step``.
-The labels (``labels.json``) were written by the corpus generator before the tool
-ran. Prints: logs read, false alarms on smooth resumes (any verdict but
-``continuous``), bad resumes missed (``continuous`` or ``insufficient-data``),
-the confusion of labels vs verdicts, and the expected notes found.
+The labels (``labels.json``) were written by each corpus generator before the tool
+ran.
 
-Targets: every log read; no false alarm on a smooth resume; at most 1 bad in 10 missed.
+* ``tests/fixtures/losslogs_realistic/`` (``make_corpus.py``): logs read, false alarms
+  on smooth resumes (any verdict but ``continuous``), bad resumes missed
+  (``continuous`` or ``insufficient-data``), the confusion of labels vs verdicts, and
+  the expected notes found. Targets: every log read; no false alarm on a smooth
+  resume; at most 1 bad in 10 missed.
+* ``tests/fixtures/losslogs_replay/`` (``make_replay.py``): real resumes of
+  examples/train.py (torchrun, 2 gloo ranks, CPU), correct or with the data loader
+  reset on purpose. Faults caught (those in reach: enough re-run steps), false alarms
+  on the correct resumes, what the replay check said (``checks.replay.status``
+  against the label's), and the out-of-reach faults apart. Targets: every fault in
+  reach caught as ``data-stream-reset``, no false alarm.
 
-    .venv/bin/python bench/watch_accuracy.py [-v]
+    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR] [--replay-corpus DIR]
 """
 
 from __future__ import annotations
@@ -20,42 +28,44 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from ckptctl.errors import CkptctlError
-from ckptctl.ops.watch import watch_log
+from ckptctl.ops.watch import WatchResult, watch_log
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "losslogs_realistic"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+CORPUS = FIXTURES / "losslogs_realistic"
+REPLAY_CORPUS = FIXTURES / "losslogs_replay"
 MISSED = ("continuous", "insufficient-data")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("-v", "--verbose", action="store_true", help="one line per log")
-    ap.add_argument("--corpus", default=str(CORPUS))
-    args = ap.parse_args()
-    corpus = Path(args.corpus)
-    labels = json.loads((corpus / "labels.json").read_text())
-    confusion: Counter[tuple[str, str]] = Counter()
+def _read(corpus: Path, labels: dict[str, Any], verbose: bool) -> tuple[dict[str, WatchResult], list[str], float]:
+    results: dict[str, WatchResult] = {}
     unread: list[str] = []
+    t0 = time.perf_counter()
+    for name in sorted(labels):
+        try:
+            results[name] = watch_log(str(corpus / name))
+        except CkptctlError as e:
+            unread.append(name)
+            if verbose:
+                print(f"  {name:40s} {labels[name]['verdict']:16s} UNREAD: {e.message}")
+    return results, unread, time.perf_counter() - t0
+
+
+def score_realistic(corpus: Path, verbose: bool) -> bool:
+    labels = json.loads((corpus / "labels.json").read_text())
+    results, unread, elapsed = _read(corpus, labels, verbose)
+    confusion: Counter[tuple[str, str]] = Counter((labels[n]["verdict"], "unread") for n in unread)
     false_alarms: list[str] = []
     missed: list[str] = []
     wrong_kind: list[str] = []
     notes_expected = notes_found = 0
-    t0 = time.perf_counter()
-    for name in sorted(labels):
-        want = labels[name]["verdict"]
-        try:
-            result = watch_log(str(corpus / name))
-        except CkptctlError as e:
-            unread.append(name)
-            confusion[(want, "unread")] += 1
-            if args.verbose:
-                print(f"  {name:40s} {want:16s} UNREAD: {e.message}")
-            continue
-        got = result.verdict
+    for name, result in results.items():
+        want, got = labels[name]["verdict"], result.verdict
         confusion[(want, got)] += 1
         codes = set(result.report.note_codes)
-        for note in labels[name]["notes"]:
+        for note in labels[name].get("notes", []):
             notes_expected += 1
             notes_found += note in codes
         if want == "continuous" and got != "continuous":
@@ -64,10 +74,9 @@ def main() -> int:
             missed.append(name)
         elif want != "continuous" and got != want:
             wrong_kind.append(name)
-        if args.verbose:
+        if verbose:
             mark = "ok" if got == want else "XX"
             print(f"  {mark} {name:40s} label {want:16s} verdict {got:18s} fmt {result.log_format} notes {sorted(codes)}")
-    elapsed = time.perf_counter() - t0
     smooth = sum(1 for v in labels.values() if v["verdict"] == "continuous")
     bad = len(labels) - smooth
     print(f"corpus: {len(labels)} logs ({smooth} smooth, {bad} bad) in {corpus.name}/, read in {elapsed:.2f} s")
@@ -81,6 +90,59 @@ def main() -> int:
         print(f"  {want:18s} -> {got:18s} {n}")
     ok = not unread and not false_alarms and len(missed) * 10 <= bad
     print("targets (all read, 0 false alarms, <= 1 in 10 missed): " + ("met" if ok else "NOT met"))
+    return ok
+
+
+def score_replay(corpus: Path, verbose: bool) -> bool:
+    labels = json.loads((corpus / "labels.json").read_text())
+    results, unread, elapsed = _read(corpus, labels, verbose)
+    clean = [n for n, v in labels.items() if v["verdict"] == "continuous"]
+    faults = [n for n in labels if n not in clean]
+    in_reach = [n for n in faults if not labels[n].get("out_of_reach")]
+    out_of_reach = [n for n in faults if labels[n].get("out_of_reach")]
+    false_alarms = [n for n in clean if n in results and results[n].verdict != "continuous"]
+    caught = [n for n in in_reach if n in results and results[n].verdict == labels[n]["verdict"]]
+    status_want = [n for n in clean if labels[n].get("replay")]
+    status_ok = [
+        n for n in status_want
+        if n in results and (results[n].report.checks.get("replay") or {}).get("status") == labels[n]["replay"]
+    ]  # fmt: skip
+    for name in sorted(labels) if verbose else ():
+        if name not in results:
+            continue
+        r = results[name]
+        replay = r.report.checks.get("replay") or {}
+        corr = replay.get("correlation")
+        mark = "ok" if r.verdict == labels[name]["verdict"] else "--" if labels[name].get("out_of_reach") else "XX"
+        print(
+            f"  {mark} {name:34s} label {labels[name]['verdict']:18s} verdict {r.verdict:18s} replay "
+            f"{replay.get('status', '-'):13s} pairs {replay.get('num_compared', '-')!s:>3s} "
+            f"r {'-' if corr is None else f'{corr:+.2f}'}"
+        )
+    print(f"corpus: {len(labels)} logs ({len(clean)} correct resumes, {len(faults)} faulty) in {corpus.name}/, read in {elapsed:.2f} s")
+    print(f"logs read:                {len(labels) - len(unread)}/{len(labels)}" + (f"  unread: {', '.join(unread)}" if unread else ""))
+    print(f"false alarms on correct:  {len(false_alarms)}/{len(clean)}" + (f"  ({', '.join(false_alarms)})" if false_alarms else ""))
+    print(f"faults caught (in reach): {len(caught)}/{len(in_reach)}" + (
+        f"  missed: {', '.join(sorted(set(in_reach) - set(caught)))}" if len(caught) < len(in_reach) else ""))
+    print(f"replay status as labelled on correct resumes: {len(status_ok)}/{len(status_want)}")
+    for name in out_of_reach:
+        got = results[name].verdict if name in results else "unread"
+        print(f"out of reach: {name} -> {got} ({labels[name]['out_of_reach']})")
+    ok = not unread and not false_alarms and len(caught) == len(in_reach)
+    print("targets (all read, 0 false alarms, every fault in reach caught): " + ("met" if ok else "NOT met"))
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="one line per log")
+    ap.add_argument("--corpus", default=str(CORPUS), help="a corpus labelled like losslogs_realistic/")
+    ap.add_argument("--replay-corpus", default=str(REPLAY_CORPUS), help="a corpus labelled like losslogs_replay/")
+    args = ap.parse_args()
+    score_realistic(Path(args.corpus), args.verbose)
+    if Path(args.replay_corpus).is_dir():
+        print()
+        score_replay(Path(args.replay_corpus), args.verbose)
     return 0
 
 

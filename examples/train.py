@@ -17,7 +17,9 @@ checkpoint=<path> exit_code=75`` and ``ckptctl-train done step=<N>``. Notices
 (checkpoints skipped by ``--resume-from auto``) go to stderr.
 
 Exit codes: 0 done; 75 preempted after an emergency checkpoint (SIGTERM or
-``--preemption-signal``); 2 bad flags; anything else is a failure.
+``--preemption-signal``, however many times each arrives: docs/training.md,
+"Preemption"); 2 bad flags; killed by SIGINT when aborted during a preemption;
+anything else is a failure.
 
 Fault injection (for tests and drills):
   --crash-at-step N             SIGKILL rank --crash-rank when step N is about to run
@@ -30,6 +32,9 @@ Fault injection (for tests and drills):
                                 the other ranks wait for it in their next collective (a real
                                 hang; the last step logged is N-1). ckptctl recover's hang check
                                 stops it; its stack dump (ckptctl.training.stackdump) shows where.
+  --reset-data-on-resume        after a resume, start the data loader over (epoch 0, first
+                                batch): a loader recreated after the restore, so the data
+                                position is lost while everything else is restored
 
 Determinism: one intra-op thread per process, data drawn from a per-sample
 generator, and augmentation that uses Python's ``random``, NumPy and torch's
@@ -178,6 +183,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sleep per step (slows a run down for drills)",
     )
     p.add_argument("--log-all-ranks", action="store_true")
+    p.add_argument(
+        "--reset-data-on-resume",
+        action="store_true",
+        help="fault: after a resume, start the data loader over (the data position is lost)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.save_every < 1:
         p.error("--steps and --save-every must be >= 1")
@@ -302,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"ckptctl-train resumed from={result.path} step={result.step} world_size={world} "
                     f"saved_world_size={result.saved_world_size}"
                 )
+            if args.reset_data_on_resume:
+                # The fault on purpose: a fresh sampler's state (epoch 0, nothing consumed).
+                sampler.load_state_dict(
+                    ResumableBatchSampler(args.num_samples, args.global_batch_size, seed=args.seed).state_dict()
+                )
 
     tokens_per_step = args.global_batch_size * args.seq_len
     model.train()
@@ -361,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"exit_code={PREEMPTED_EXIT_CODE}"
             )
         ckpt.close()
+        # The checkpoint is committed and this process is leaving with 75. Under torchrun the
+        # first rank to exit makes torchrun SIGTERM the others; that is the same preemption, so
+        # it must not turn a rank's 75 into a death by SIGTERM (SIGKILL still ends it).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         exit_code = PREEMPTED_EXIT_CODE
     if distributed:
         dist.destroy_process_group()

@@ -354,9 +354,8 @@ CALLER_FILES = sorted(
 #: The one package face kept: training scripts import the library from ``ckptctl.training``
 #: (docs/training.md, examples/train.py); everywhere else a name comes from its module.
 PACKAGE_FACES = {"ckptctl.training"}
-#: ``__all__`` entries that name an imported value, with why they may: none but the one
-#: ``training/checkpointer.py`` carries until that module is split (issue 19, phase 3).
-REEXPORTS_ALLOWED = {("ckptctl.training.checkpointer", "is_distributed")}
+#: ``__all__`` entries that name an imported value, with why they may: none.
+REEXPORTS_ALLOWED: set[tuple[str, str]] = set()
 
 
 def _module_path(module: str) -> Path | None:

@@ -80,8 +80,6 @@ class JobPreview:
     """The command that submits ``script`` (without the script's path)."""
     script_note: str | None = None
     """``launch --dry-run``'s line before the script."""
-    rendered: Any = None
-    """The rendered value itself (``SlurmBatch``), for the report."""
 
     def to_json_section(self) -> dict[str, Any]:
         """``{section: doc}`` to merge into a dry-run document, or ``{}``."""

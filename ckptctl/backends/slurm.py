@@ -69,7 +69,6 @@ class SlurmBackend:
             script=batch.script,
             submit_argv=batch.sbatch_argv,
             script_note="launch.backend is slurm: `ckptctl recover` submits this batch script:",
-            rendered=batch,
         )
 
     def submit(

@@ -19,13 +19,7 @@ cost, preemption and retention.
 """
 
 from ckptctl.core.names import step_dir_name
-from ckptctl.training.checkpointer import (
-    SAVE_PHASES,
-    Checkpointer,
-    LoadResult,
-    SaveHandle,
-    SaveResult,
-)
+from ckptctl.training.checkpointer import Checkpointer
 from ckptctl.training.errors import (
     CheckpointLoadError,
     CheckpointSaveError,
@@ -34,7 +28,9 @@ from ckptctl.training.errors import (
     UnsafeCheckpointError,
     UnsafeStateError,
 )
+from ckptctl.training.load import LoadResult
 from ckptctl.training.preemption import PREEMPTED_EXIT_CODE, PreemptedExit
+from ckptctl.training.save import SAVE_PHASES, SaveHandle, SaveResult
 from ckptctl.training.state import (
     PerRank,
     ResumableBatchSampler,
