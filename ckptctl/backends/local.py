@@ -2,12 +2,14 @@
 
 * ``run`` without ``detach``: the ``Supervisor`` (output through ckptctl's pipe, a lost
   terminal (SIGHUP) ignored rather than forwarded: only a deliberate Ctrl-C/SIGTERM
-  stops the job).
+  stops the job). With a ``stop_check`` (recover's supervisor) the caller owns the
+  signals: the Supervisor asks it every poll and stops (or kills) the job when asked.
 * ``submit`` (and ``run`` with ``detach``): torchrun in its own session writing straight
   to its log file (no pipe to ckptctl, so ckptctl's exit cannot break it); ``follow``
   reads the file and returns once the watch has decided, leaving a healthy job running.
 * ``state``: is the pid alive (only answerable on the host that started it);
-  ``cancel``: SIGTERM (``force``: SIGKILL) to the job's process group.
+  ``cancel``: SIGTERM to the job's process group (``force``: SIGKILL to it and every
+  descendant: torchrun's workers sit in sessions of their own).
 """
 
 from __future__ import annotations
