@@ -12,10 +12,11 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PY) >/dev/null || { echo "python3 is required"; exit 1; }
 	@$(PY) -c 'import venv, ensurepip' 2>/dev/null || { \
-	  echo "installing python3-venv"; \
+	  echo "installing python3-venv with apt-get (Debian package): this python3 cannot create the .venv without it"; \
 	  (apt-get update -qq && apt-get install -y -qq python3-venv) >/dev/null; }
 	@# Slurm tests (tests/test_slurm_recover.py) need slurm-wlm + munge; installed when root with apt, else skipped.
 	@test -x /usr/sbin/slurmctld || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing slurm-wlm and munge with apt-get (Debian packages): the Slurm tests start a real two-node Slurm on this machine" && \
 	  (apt-get update -qq && apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
 	  echo "slurm-wlm/munge not installed: the Slurm tests will be skipped"
 	@# Preemption tests (tests/test_training_preemption.py, test_slurm_preemption.py) read each worker's exit status with
@@ -43,6 +44,7 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+	@echo "ckptctl is in $(VENV): run $(BIN)/ckptctl, or 'source $(BIN)/activate' and then ckptctl"
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --durations=15

@@ -28,6 +28,10 @@ Fault injection (for tests and drills):
                                 --crash-save-phase (shards_written: after every rank's shards
                                 and .metadata are on disk, before the manifest; manifest_written,
                                 marker_written: rank 0 only, before the commit rename)
+  --hang-at-step N              rank --hang-rank blocks for good when step N is about to run:
+                                the other ranks wait for it in their next collective (a real
+                                hang; the last step logged is N-1). ckptctl recover's hang check
+                                stops it; its stack dump (ckptctl.training.stackdump) shows where.
   --reset-data-on-resume        after a resume, start the data loader over (epoch 0, first
                                 batch): a loader recreated after the restore, so the data
                                 position is lost while everything else is restored
@@ -61,6 +65,7 @@ from ckptctl.training import (
     Checkpointer,
     PreemptedExit,
     ResumableBatchSampler,
+    stackdump,
 )
 
 VOCAB = 32
@@ -164,6 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-during-save-at-step", type=int, default=None)
     p.add_argument("--crash-save-phase", choices=SAVE_PHASES[:3], default="shards_written")
     p.add_argument("--crash-rank", type=int, default=0)
+    p.add_argument("--hang-at-step", type=int, default=None)
+    p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument(
         "--preemption-signal",
         default=None,
@@ -209,6 +216,15 @@ def say(text: str, stream: Any = None) -> None:
     out.flush()
 
 
+def hang_forever() -> None:
+    """Block like a rank stuck in I/O or a lost collective (only a signal ends it)."""
+    import time
+
+    sys.stdout.flush()
+    while True:
+        time.sleep(3600)
+
+
 def kill_self() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -228,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend="gloo")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
+    stackdump.install(rank)  # a stack dump on SIGUSR2 when ckptctl recover asks for hang evidence
 
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model: nn.Module = TinyGPT(args.seq_len, dropout=args.dropout)
@@ -312,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 and rank == args.crash_rank
             ):
                 kill_self()
+            if args.hang_at_step is not None and step + 1 == args.hang_at_step and rank == args.hang_rank:
+                hang_forever()
             # After a resume, log where the first batch comes from (`ckptctl watch` checks it
             # against the position recorded with the checkpoint: data-position-mismatch).
             ckpt.note_first_batch(sampler)

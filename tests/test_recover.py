@@ -153,6 +153,18 @@ def audit_records(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def launch_logs(root: Path) -> list[Path]:
+    """The job logs under the run root (one per job started); recover's own supervisor logs
+    (``recover-*.events.jsonl``, ``recover-*.log``) sit beside them."""
+    return sorted((root / ".ckptctl" / "logs").glob("launch-*.log"))
+
+
+def supervisor_files(root: Path) -> list[str]:
+    """The supervisor's files of every real recover, relative to the root."""
+    logs = root / ".ckptctl" / "logs"
+    return sorted(str(p.relative_to(root)) for p in logs.glob("recover-*")) if logs.is_dir() else []
+
+
 def step_dirs(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("step_"))
 
@@ -398,7 +410,7 @@ def test_a_failed_drain_stops_before_any_relaunch(
         assert "kubectl: command not found" in doc["reason"]
     assert doc["attempts"] == [] and doc["checkpoint"] is None
     assert [(r["action"], r.get("ok")) for r in audit_records(s.root)] == [("drain", False), ("recover", None)]
-    assert not (s.root / ".ckptctl" / "logs").exists(), "nothing may be launched after a failed drain"
+    assert launch_logs(s.root) == [], "nothing may be launched after a failed drain"
     assert step_dirs(s.root) == ["step_10", "step_20", "step_30"]
 
 
@@ -424,12 +436,14 @@ def test_job_fault_stops_without_launching_and_force_resumes(tmp_path: Path, gol
     assert {5, 6, 7} <= symptom_lines
     # nothing launched: no plan, no attempt, no job log, no new checkpoint
     assert doc["launch_plan"] is None and doc["attempts"] == [] and doc["checkpoint"] is None
-    assert not (s.root / ".ckptctl" / "logs").exists()
+    assert launch_logs(s.root) == []
     after = snapshot(s.root)
     assert {k: v for k, v in after.items() if not k.startswith(".ckptctl")} == before
-    # the refusal itself is recorded
+    # the refusal itself is recorded (and the supervisor's own log of it)
     written = [f".ckptctl/{Path(doc[k]).name}" for k in ("report_path", "report_html") if doc[k]]
-    assert sorted(after) == sorted([*before, ".ckptctl", ".ckptctl/audit.jsonl", *written])
+    sup = supervisor_files(s.root)
+    assert len(sup) == 2 and any(f.endswith(".events.jsonl") for f in sup)
+    assert sorted(after) == sorted([*before, ".ckptctl", ".ckptctl/audit.jsonl", ".ckptctl/logs", *written, *sup])
     assert [r["outcome"] for r in audit_records(s.root)] == ["stopped"]
     saved = json.loads(Path(doc["report_path"]).read_text())
     assert saved["outcome"] == "stopped" and saved["classify"]["root_cause"] == cl["root_cause"]
@@ -615,25 +629,28 @@ def test_a_second_concurrent_recover_is_refused(tmp_path: Path, golden: dict[int
             assert time.monotonic() < deadline, "the first recover never took the lock"
             time.sleep(0.05)
         holder = json.loads(lock.read_text())
-        assert holder["operation"] == "recover" and holder["pid"] == first.pid
+        # the lock is held by the recovery's supervisor: first's child, in a session of its own
+        assert holder["operation"] == "recover" and holder["pid"] != first.pid
+        assert os.getsid(holder["pid"]) == holder["pid"] != os.getsid(first.pid)
+        sup_before = supervisor_files(s.root)
 
         second = run_recover("--config", str(s.config), "--baseline", "baseline.log", "--json", cwd=s.dir, timeout=60)
         assert second.returncode == 4, second.stderr
         assert second.stdout == ""
         errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1, second.stderr
-        assert "locked" in errors[0] and "recover" in errors[0] and f"pid {first.pid}" in errors[0]
+        assert "locked" in errors[0] and "recover" in errors[0] and f"pid {holder['pid']}" in errors[0]
         assert "Traceback" not in second.stderr
-        # the refused one touched nothing: same lock, no report, nothing launched
+        # the refused one touched nothing: same lock, no report, nothing launched, no supervisor
         assert json.loads(lock.read_text()) == holder
         assert not list((s.root / ".ckptctl").glob("recovery-*.json"))
-        assert not (s.root / ".ckptctl" / "logs").exists()
+        assert launch_logs(s.root) == [] and supervisor_files(s.root) == sup_before
         # a dry run meanwhile still shows its plan, and says that a real run would be refused
         dry = run_recover("--config", str(s.config), "--dry-run", "--json", cwd=s.dir, timeout=60)
         assert dry.returncode == 0, dry.stderr
         dry_doc = json.loads(dry.stdout)
         assert dry_doc["outcome"] == "dry-run"
-        assert any("a real run would be refused now" in w and f"pid {first.pid}" in w for w in dry_doc["warnings"])
+        assert any("a real run would be refused now" in w and f"pid {holder['pid']}" in w for w in dry_doc["warnings"])
         assert first.poll() is None, "the first recover must still be running"
     finally:
         release.touch()

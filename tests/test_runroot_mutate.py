@@ -40,6 +40,10 @@ SCHEMA = {
         "resume_from", "log", "ckptctl_version",
     ],
     "recover": ["time", "user", "host", "pid", "action", "outcome", "reason", "report", "job", "ckptctl_version"],
+    "stop-job": ["time", "user", "host", "pid", "action", "backend", "job_id", "reason", "state", "job", "ckptctl_version"],
+    "supersede-job": [
+        "time", "user", "host", "pid", "action", "backend", "job_id", "reason", "state", "job", "ckptctl_version",
+    ],
 }
 
 
@@ -58,6 +62,8 @@ def records() -> list[audit.AuditEntry]:
             started=WHO.time, resume_from="/r/step_20",
         ),
         audit.Recovery(who=WHO, outcome="resumed", reason=None, report="/r/.ckptctl/recovery-1.json"),
+        audit.JobStopped(who=WHO, backend="local", job_id="1234", reason="--replace", state="RUNNING", job={}),
+        audit.JobSuperseded(who=WHO, backend="slurm", job_id="4412", reason="ended", state="COMPLETED", job={}),
     ]
 
 
@@ -76,7 +82,7 @@ def test_write_adds_the_outcome_to_changes_of_step_directories_only(tmp_path: Pa
     bad = records()[0]
     audit.write(root, bad, outcome="failed", error="connection reset")
     lines = [json.loads(x) for x in (tmp_path / ".ckptctl" / "audit.jsonl").read_text().splitlines()]
-    assert [x.get("outcome") for x in lines] == ["done", "done", "done", "done", None, None, "resumed", "failed"]
+    assert [x.get("outcome") for x in lines] == ["done", "done", "done", "done", None, None, "resumed", None, None, "failed"]
     assert lines[-1]["error"] == "connection reset" and "error" not in lines[0]
     assert audit.read(root).records == lines
 

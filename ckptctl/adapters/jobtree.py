@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["kill_job_tree"]
+__all__ = ["JobStopper", "job_processes", "kill_job_tree", "signal_job_tree"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +172,69 @@ def kill_job_tree(proc: subprocess.Popen[Any], grace_s: float, poll_s: float = 0
     for p in tree.alive():
         _signal_group(p.pgid, signal.SIGKILL)
         _signal_pid(p.pid, signal.SIGKILL)
+
+
+def job_processes(pid: int) -> list[int]:
+    """The pids of ``pid`` and its live descendants (the job tree of a job this process did not
+    start, e.g. a detached torchrun recorded in ``job.json``)."""
+    tree = _JobTree(pid)
+    tree.refresh()
+    table = _process_table()
+    root = [pid] if pid in table and not table[pid].is_zombie else []
+    return root + [p.pid for p in tree.alive()]
+
+
+def signal_job_tree(pid: int, sig: int, *, descendants: bool) -> None:
+    """Signal a job started in its own session: its process group (torchrun passes SIGTERM on to
+    its workers) and, with ``descendants``, every live descendant and its group too (SIGKILL:
+    torchrun's workers sit in sessions of their own and would outlive a killed torchrun)."""
+    tree = _JobTree(pid)
+    if descendants:
+        tree.refresh()
+    _signal_group(pid, sig)
+    _signal_pid(pid, sig)
+    if descendants:
+        for p in tree.alive():
+            _signal_group(p.pgid, sig)
+            _signal_pid(p.pid, sig)
+
+
+class JobStopper:
+    """Stop a job started in its own session without blocking: ``term()`` sends SIGTERM to its
+    process group (torchrun passes it on); ``tick()`` (call it while waiting for the end) keeps
+    the tree of its processes current and, ``grace_s`` after the SIGTERM or at once when
+    ``force``, SIGKILLs the group and every descendant seen, orphaned workers included."""
+
+    def __init__(self, pid: int, grace_s: float) -> None:
+        self.pid = pid
+        self.grace_s = grace_s
+        self.tree = _JobTree(pid)
+        self.tree.refresh()
+        self.term_at: float | None = None
+        self.killed = False
+
+    def term(self) -> None:
+        if self.term_at is None:
+            self.tree.refresh()
+            self.term_at = time.monotonic()
+            _signal_group(self.pid, signal.SIGTERM)
+
+    def tick(self, *, force: bool = False, root_alive: bool = True) -> None:
+        if root_alive:
+            self.tree.refresh()
+        if self.killed or self.term_at is None:
+            return
+        if force or time.monotonic() - self.term_at >= self.grace_s:
+            self.kill()
+
+    def kill(self) -> None:
+        self.killed = True
+        _signal_group(self.pid, signal.SIGKILL)
+        _signal_pid(self.pid, signal.SIGKILL)
+        for p in self.tree.alive():
+            _signal_group(p.pgid, signal.SIGKILL)
+            _signal_pid(p.pid, signal.SIGKILL)
+
+    def leftovers(self) -> list[int]:
+        """Processes of the job still alive (after the root ended)."""
+        return [p.pid for p in self.tree.alive()]

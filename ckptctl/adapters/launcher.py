@@ -97,6 +97,7 @@ class Supervisor:
         on_output: OutputFn | None = None,
         on_line: LineFn | None = None,
         on_start: Callable[[Supervisor], None] | None = None,
+        on_poll: Callable[[Supervisor], None] | None = None,
         stop_grace_s: float = 60.0,
         forward_signals: bool = True,
         ignore_hangup: bool = False,
@@ -107,7 +108,9 @@ class Supervisor:
         ``env`` is added to ckptctl's environment. ``on_output`` gets every line
         (the console); ``on_line`` too, afterwards, until it first returns True
         (then the job is stopped). ``on_start`` is called once the child runs
-        (``supervisor.pid`` is set). ``forward_signals`` installs SIGINT/SIGTERM/
+        (``supervisor.pid`` is set). ``on_poll`` is called from the supervising loop
+        (main thread) every ``poll_s`` while the job runs: it may call ``stop()`` or
+        ``kill_now()`` (recover's interrupts and hang check). ``forward_signals`` installs SIGINT/SIGTERM/
         SIGHUP handlers for the duration of ``run()`` (main thread only).
         ``ignore_hangup``: a SIGHUP (the operator's terminal went away) is ignored
         instead of stopping the job (``recover``: a healthy resumed job must not die
@@ -122,6 +125,7 @@ class Supervisor:
         self.on_output = on_output
         self.on_line = on_line
         self.on_start = on_start
+        self.on_poll = on_poll
         self.stop_grace_s = stop_grace_s
         self.forward_signals = forward_signals
         self.ignore_hangup = ignore_hangup
@@ -155,6 +159,12 @@ class Supervisor:
         self._stop_reason = reason
         self._term_at = time.monotonic()
         self._send_term()
+
+    def kill_now(self) -> None:
+        """Skip the rest of the grace: SIGKILL the job and every process of it at the next look."""
+        if self._stop_reason is None:
+            self.stop("kill requested")
+        self._kill_now = True
 
     def run(self) -> LaunchResult:
         """Start the job, supervise it to its end, and return how it ended.
@@ -385,6 +395,8 @@ class Supervisor:
             if running and now - refreshed_at >= self.tree_refresh_s:
                 tree.refresh()
                 refreshed_at = now
+            if running and self.on_poll is not None:
+                self.on_poll(self)
             if running and not self._killed and (
                 self._kill_now or (self._term_at is not None and now - self._term_at >= self.stop_grace_s)
             ):

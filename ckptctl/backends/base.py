@@ -8,13 +8,17 @@ A backend is one way to run the training job that ``recover`` relaunches: ``loca
 ``preview``            what a dry run shows: the command, or the rendered batch script
 ``submit``             start the job detached from ckptctl (its output to a file)
 ``follow``             read a submitted job's output as it comes, feed the watch, stop the
-                       job on a bad verdict; return when the watch decided or it ended
+                       job on a bad verdict or a ``StopRequest`` (an interrupt, a hang);
+                       return when the watch decided or it ended
 ``run``                one attempt of ``recover``: submit + follow (``local`` without
                        ``--detach``: torchrun supervised through a pipe)
+``supervises_to_end``  whether ``run`` follows the job to its end (local foreground) or
+                       returns once the watch has decided (``--detach``, Slurm)
 ``state``              where a job is now: ``JobStatus`` (pending / running / ended /
                        unknown, the exit code, the backend's own words); never raises
 ``cancel``             ask a job to stop (SIGTERM: the trainer's emergency checkpoint), or
                        kill it (``force``); returns once asked, poll ``state`` for the end
+``stop_command``       the command a person runs to stop a job (named in refusals)
 ``hosts_query``        the command that lists usable hosts, when the backend has one
 ``usable_hosts``       the hosts that can take work now (capacity check)
 =====================  ===================================================================
@@ -41,6 +45,23 @@ OutputFn = Callable[[str], None]
 """Called with each job output line, for the console."""
 SubmitFn = Callable[[str, "str | None"], None]
 """Called once the job exists: ``(job_id, script_path)`` (audit it, record the active job)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StopRequest:
+    """Why the caller wants a followed job stopped (``StopCheck``): the operator interrupted
+    ckptctl (``interrupted_by``), or the job hangs (``cause='hang'``). ``force``: no grace."""
+
+    reason: str
+    interrupted_by: int | None = None
+    cause: str | None = None
+    force: bool = False
+
+
+StopCheck = Callable[[bool], "StopRequest | None"]
+"""Asked every poll while a job is followed, with whether it runs (False while Slurm keeps it
+PENDING); a ``StopRequest`` makes the backend stop the job (and a later one with ``force``
+kill it at once). The backend still waits for the job's end and reports it in ``JobRun``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +105,8 @@ class JobRun:
     script_path: str | None = None
     state: str | None = None
     """The backend's last word on the job (``RUNNING``, ``COMPLETED``, ``exited 1``...)."""
+    cause: str | None = None
+    """Why ckptctl stopped it when a ``StopRequest`` named one (``hang``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +152,7 @@ class JobBackend(Protocol):
         decided: Callable[[], bool],
         on_output: OutputFn | None = None,
         on_line: LineFn | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun: ...
 
     def run(
@@ -142,11 +166,16 @@ class JobBackend(Protocol):
         on_line: LineFn | None = None,
         on_submit: SubmitFn | None = None,
         extra_env: Mapping[str, str] | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun: ...
+
+    def supervises_to_end(self, *, detach: bool) -> bool: ...
 
     def state(self, job: JobRef) -> JobStatus: ...
 
     def cancel(self, job: JobRef, *, force: bool = False) -> None: ...
+
+    def stop_command(self, job: JobRef) -> tuple[str, ...]: ...
 
     def hosts_query(self) -> tuple[str, ...] | None: ...
 

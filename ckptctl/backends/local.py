@@ -2,12 +2,14 @@
 
 * ``run`` without ``detach``: the ``Supervisor`` (output through ckptctl's pipe, a lost
   terminal (SIGHUP) ignored rather than forwarded: only a deliberate Ctrl-C/SIGTERM
-  stops the job).
+  stops the job). With a ``stop_check`` (recover's supervisor) the caller owns the
+  signals: the Supervisor asks it every poll and stops (or kills) the job when asked.
 * ``submit`` (and ``run`` with ``detach``): torchrun in its own session writing straight
   to its log file (no pipe to ckptctl, so ckptctl's exit cannot break it); ``follow``
   reads the file and returns once the watch has decided, leaving a healthy job running.
 * ``state``: is the pid alive (only answerable on the host that started it);
-  ``cancel``: SIGTERM (``force``: SIGKILL) to the job's process group.
+  ``cancel``: SIGTERM to the job's process group (``force``: SIGKILL to it and every
+  descendant: torchrun's workers sit in sessions of their own).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
-from ckptctl.adapters.jobtree import kill_job_tree
+from ckptctl.adapters.jobtree import JobStopper, signal_job_tree
 from ckptctl.adapters.launch_result import LaunchError, create_log_file
 from ckptctl.adapters.launcher import Supervisor
 from ckptctl.backends.base import (
@@ -29,6 +31,8 @@ from ckptctl.backends.base import (
     LineFn,
     LogTail,
     OutputFn,
+    StopCheck,
+    StopRequest,
     Submission,
     SubmitFn,
     feed_lines,
@@ -47,6 +51,7 @@ def job_pid(job_id: str) -> int | None:
         return None
     pid = int(job_id)
     return pid if 2 <= pid < 2**31 else None
+
 
 class LocalBackend:
     """torchrun started by ckptctl on this host (see the module docstring)."""
@@ -85,21 +90,32 @@ class LocalBackend:
         decided: Callable[[], bool],
         on_output: OutputFn | None = None,
         on_line: LineFn | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun:
         proc = sub.process
         if proc is None:
             raise ValueError("the local backend follows only a job this process started (it reaps it)")
         tail = LogTail(sub.log_path)
-        stopped, reason = False, None
+        stopper = JobStopper(proc.pid, plan.stop_grace_s)
+        stopped_by_watch, request = False, None
+        reason: str | None = None
         while True:
             running = proc.poll() is None
-            if feed_lines(tail.read() if running else tail.rest(), on_output, on_line) and not stopped:
-                stopped, reason = True, "stopped: the loss watch judged the resume bad"
-                kill_job_tree(proc, plan.stop_grace_s)
-                continue
+            if feed_lines(tail.read() if running else tail.rest(), on_output, on_line) and reason is None:
+                stopped_by_watch, reason = True, "stopped: the loss watch judged the resume bad"
+                stopper.term()
+            if running and stop_check is not None:
+                asked = stop_check(True)
+                if asked is not None:
+                    if request is None and reason is None:
+                        request, reason = asked, asked.reason
+                        stopper.term()
+                    if asked.force:
+                        stopper.kill()
+            stopper.tick(root_alive=running)
             if not running:
                 break
-            if decided() and not stopped:
+            if decided() and reason is None:
                 return JobRun(
                     backend=self.name,
                     job_id=sub.ref.job_id,
@@ -114,6 +130,8 @@ class LocalBackend:
                     state="RUNNING (detached)",
                 )
             time.sleep(0.2)
+        if stopper.term_at is not None and stopper.leftovers():
+            stopper.kill()  # torchrun is gone; its workers (own sessions) must not outlive it
         rc = proc.returncode
         return JobRun(
             backend=self.name,
@@ -122,11 +140,12 @@ class LocalBackend:
             log_path=sub.log_path,
             exit_code=exit_code_for(rc),
             still_running=False,
-            stopped_by_watch=stopped,
-            interrupted_by=None,
+            stopped_by_watch=stopped_by_watch,
+            interrupted_by=request.interrupted_by if request else None,
             stop_reason=reason,
             duration_s=time.monotonic() - sub.started_monotonic,
             state=f"exited {rc}" if rc >= 0 else f"killed by {signal_name(-rc)}",
+            cause=request.cause if request else None,
         )
 
     def run(
@@ -140,17 +159,33 @@ class LocalBackend:
         on_line: LineFn | None = None,
         on_submit: SubmitFn | None = None,
         extra_env: Mapping[str, str] | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun:
         if detach:
             sub = self.submit(config, plan, extra_env=extra_env)
             if on_submit is not None:
                 on_submit(sub.ref.job_id, None)
-            return self.follow(config, plan, sub, decided=decided, on_output=on_output, on_line=on_line)
+            return self.follow(
+                config, plan, sub, decided=decided, on_output=on_output, on_line=on_line, stop_check=stop_check
+            )
         log_path = create_log_file(plan.log_dir, datetime.now(timezone.utc))
+        asked: list[StopRequest] = []
 
         def started(sup: Supervisor) -> None:
             if on_submit is not None and sup.pid is not None:
                 on_submit(str(sup.pid), None)
+
+        def poll(sup: Supervisor) -> None:
+            if stop_check is None:
+                return
+            request = stop_check(True)
+            if request is None:
+                return
+            if not asked:
+                asked.append(request)
+                sup.stop(request.reason)
+            if request.force:
+                sup.kill_now()
 
         sup = Supervisor(
             plan.argv,
@@ -159,10 +194,14 @@ class LocalBackend:
             on_output=on_output,
             on_line=on_line,
             on_start=started,
+            on_poll=poll,
             stop_grace_s=plan.stop_grace_s,
+            # with a stop_check the caller owns SIGINT/SIGTERM (and asks through it)
+            forward_signals=stop_check is None,
             ignore_hangup=True,
         )
         res = sup.run()
+        request = asked[0] if asked else None
         return JobRun(
             backend=self.name,
             job_id=str(res.pid),
@@ -171,10 +210,16 @@ class LocalBackend:
             exit_code=res.exit_code,
             still_running=False,
             stopped_by_watch=res.stopped_by_callback,
-            interrupted_by=res.interrupted_by,
+            interrupted_by=request.interrupted_by if request else res.interrupted_by,
             stop_reason=res.stop_reason,
             duration_s=res.duration_s,
+            cause=request.cause if request else None,
         )
+
+    def supervises_to_end(self, *, detach: bool) -> bool:
+        """In the foreground the supervisor pipes torchrun's output until it ends; ``--detach``
+        hands the job over after the verdict."""
+        return not detach
 
     def state(self, job: JobRef) -> JobStatus:
         """Is the pid alive? Only the host that started it can tell (``RUNNING``/``ENDED``)."""
@@ -201,22 +246,24 @@ class LocalBackend:
         )
 
     def cancel(self, job: JobRef, *, force: bool = False) -> None:
-        """SIGTERM (``force``: SIGKILL) to the job's process group: the launcher started it in
-        its own session, so the group is torchrun and its workers. A job already gone is fine."""
+        """SIGTERM to the job's process group (the launcher started it in its own session:
+        torchrun, which passes it on to its workers); ``force``: SIGKILL to it and to every
+        descendant (torchrun's workers sit in sessions of their own). A job already gone is fine."""
         pid = job_pid(job.job_id)
         if pid is None or job.host not in (None, socket.gethostname()):
             raise LaunchError(f"cannot stop local job {job.job_id[:40] or '?'} from {socket.gethostname()} "
                               f"(started on {job.host}; a local job id is a process id)")
-        sig = signal.SIGKILL if force else signal.SIGTERM
         try:
-            os.killpg(pid, sig)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                return
+            return
         except PermissionError as e:
             raise LaunchError(f"cannot stop local job {pid}: {e.strerror or e}") from e
+        signal_job_tree(pid, signal.SIGKILL if force else signal.SIGTERM, descendants=force)
+
+    def stop_command(self, job: JobRef) -> tuple[str, ...]:
+        """``kill -TERM -PID``: its process group (on the host that started it)."""
+        return ("kill", "-TERM", f"-{job.job_id}")
 
     def hosts_query(self) -> tuple[str, ...] | None:
         """None: the local backend has no scheduler to ask (``launch.hosts`` is the list)."""

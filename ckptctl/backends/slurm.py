@@ -27,6 +27,7 @@ from ckptctl.backends.base import (
     LineFn,
     LogTail,
     OutputFn,
+    StopCheck,
     Submission,
     SubmitFn,
     feed_lines,
@@ -107,6 +108,7 @@ class SlurmBackend:
         decided: Callable[[], bool],
         on_output: OutputFn | None = None,
         on_line: LineFn | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun:
         job_id, t0 = sub.ref.job_id, sub.started_monotonic
         tail = LogTail(sub.log_path)
@@ -114,7 +116,8 @@ class SlurmBackend:
         # Scheduling a fresh submission takes a few scheduler cycles even on an idle cluster (longer
         # on a busy controller): that is not missing capacity, so the wait never drops below this.
         pending_timeout_s = max(config.recover.capacity_timeout_s, SCHEDULING_GRACE_S)
-        stopped, reason = False, None
+        stopped_by_watch, request = False, None
+        reason: str | None = None
         cancel_deadline: float | None = None
         state = slurm.job_state(job_id)
         last_look = time.monotonic()
@@ -122,12 +125,23 @@ class SlurmBackend:
         # before it may start): that wait is the scheduler's restart, not missing capacity.
         started = False
 
+        def cancel(force: bool = False) -> None:
+            nonlocal cancel_deadline
+            slurm.cancel(job_id, signal="KILL" if force else None)
+            cancel_deadline = None if force else time.monotonic() + plan.stop_grace_s + 60
+
         while True:
             if time.monotonic() - last_look >= poll_s:
                 state, last_look = slurm.job_state(job_id), time.monotonic()
+            pending = phase_of(state) == "pending"
             if phase_of(state) == "running":
                 started = True
-            if not started and state.state == "PENDING" and time.monotonic() - t0 > pending_timeout_s:
+            if (
+                not started
+                and state.state == "PENDING"
+                and reason is None
+                and time.monotonic() - t0 > pending_timeout_s
+            ):
                 # Never wait forever on a job the scheduler cannot place (every node drained or busy).
                 slurm.cancel(job_id)
                 raise slurm.SlurmError(
@@ -137,14 +151,21 @@ class SlurmBackend:
                 )
             if state.finished:
                 time.sleep(min(poll_s, 1.0))  # the last lines of the output file
-                feed_lines(tail.rest(), on_output, None if stopped else on_line)
+                feed_lines(tail.rest(), on_output, None if reason else on_line)
                 break
-            if feed_lines(tail.read(), on_output, None if stopped else on_line) and not stopped:
-                stopped, reason = True, "cancelled: the loss watch judged the resume bad"
-                slurm.cancel(job_id)
-                cancel_deadline = time.monotonic() + plan.stop_grace_s + 60
+            if feed_lines(tail.read(), on_output, None if reason else on_line) and reason is None:
+                stopped_by_watch, reason = True, "cancelled: the loss watch judged the resume bad"
+                cancel()
                 continue
-            if not stopped and decided():
+            if stop_check is not None:
+                asked = stop_check(not pending)
+                if asked is not None:
+                    if request is None and reason is None:
+                        request, reason = asked, asked.reason
+                        cancel(force=asked.force)
+                    elif asked.force and cancel_deadline is not None:
+                        cancel(force=True)
+            if reason is None and decided():
                 return JobRun(
                     backend=self.name,
                     job_id=job_id,
@@ -160,8 +181,7 @@ class SlurmBackend:
                     state=state.state,
                 )
             if cancel_deadline is not None and time.monotonic() > cancel_deadline:
-                slurm.cancel(job_id, signal="KILL")
-                cancel_deadline = None
+                cancel(force=True)
             time.sleep(min(poll_s, 0.5))
         return JobRun(
             backend=self.name,
@@ -170,12 +190,13 @@ class SlurmBackend:
             log_path=sub.log_path,
             exit_code=state.exit_code if state.exit_code is not None else (0 if state.state == "COMPLETED" else 1),
             still_running=False,
-            stopped_by_watch=stopped,
-            interrupted_by=None,
+            stopped_by_watch=stopped_by_watch,
+            interrupted_by=request.interrupted_by if request else None,
             stop_reason=reason,
             duration_s=time.monotonic() - t0,
             script_path=sub.script_path,
             state=state.state,
+            cause=request.cause if request else None,
         )
 
     def run(
@@ -189,13 +210,20 @@ class SlurmBackend:
         on_line: LineFn | None = None,
         on_submit: SubmitFn | None = None,
         extra_env: Mapping[str, str] | None = None,
+        stop_check: StopCheck | None = None,
     ) -> JobRun:
         """Submit and follow; the job always runs on under Slurm once the watch decided
         (``detach`` changes nothing here)."""
         sub = self.submit(config, plan, extra_env=extra_env)
         if on_submit is not None:
             on_submit(sub.ref.job_id, sub.script_path)
-        return self.follow(config, plan, sub, decided=decided, on_output=on_output, on_line=on_line)
+        return self.follow(
+            config, plan, sub, decided=decided, on_output=on_output, on_line=on_line, stop_check=stop_check
+        )
+
+    def supervises_to_end(self, *, detach: bool) -> bool:
+        """The job belongs to Slurm once the watch has decided."""
+        return False
 
     def state(self, job: JobRef) -> JobStatus:
         if not job.job_id:
@@ -211,6 +239,9 @@ class SlurmBackend:
     def cancel(self, job: JobRef, *, force: bool = False) -> None:
         """``scancel`` (SIGTERM to every step, then SIGKILL after Slurm's KillWait); ``force``: SIGKILL now."""
         slurm.cancel(job.job_id, signal="KILL" if force else None)
+
+    def stop_command(self, job: JobRef) -> tuple[str, ...]:
+        return ("scancel", job.job_id)
 
     def hosts_query(self) -> tuple[str, ...] | None:
         return slurm.USABLE_HOSTS_ARGV

@@ -79,6 +79,13 @@ def launch_cmd(
     log_dir: LogDirOpt = None,
     exclude_host: ExcludeHostOpt = None,
     resume_from: ResumeFromOpt = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Stop the run root's live job (job.json) first, audited; without it launch refuses (exit 4) while it runs.",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     json_: JsonOpt = False,
 ) -> None:
@@ -133,7 +140,9 @@ def launch_cmd(
     def started(supervisor: Supervisor) -> None:
         out.info(f"job pid {supervisor.pid}, log {supervisor.log_path}")
 
-    result = launch_ops.run_launch(plan, on_output=console, on_start=started)
+    result = launch_ops.run_launch(
+        plan, on_output=console, on_start=started, run_root=cfg.run_root, replace=replace, on_note=out.info
+    )
     for n in result.notes:
         out.warn(n)
     if json_:

@@ -15,6 +15,7 @@ or, in one call, ``launch(config, resume_from=..., dry_run=...)``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -100,6 +101,9 @@ def run_launch(
     cwd: str | None = None,
     now: datetime | None = None,
     extra_env: Mapping[str, str] | None = None,
+    run_root: str | None = None,
+    replace: bool = False,
+    on_note: Callable[[str], None] | None = None,
 ) -> LaunchResult:
     """Execute ``plan``: create ``<log_dir>/launch-<UTC>.log``, start the argv, supervise to the end.
 
@@ -113,9 +117,46 @@ def run_launch(
     * ``extra_env``: variables for the job on top of ``plan.env`` that are not part of the
       plan shown to people (recover's run-root lock token).
 
+    * ``run_root``: one job per run root (``ops.recover_guard``): under the run-root lock,
+      refuse (``LockHeldError``, exit 4) while the root's recorded job is alive, or stop it
+      first with ``replace`` (audited); record this job in ``job.json`` once it runs (the lock
+      is let go then) and close the record when it ends. ``on_note`` hears what was done.
+
     Returns when the job and every process it started are gone. Raises ``LaunchError``
     (exit 1) when the job cannot be started; a job that fails is a result, not an error.
     """
+    from ckptctl.adapters.audit import current_actor
+    from ckptctl.backends.local import LocalBackend
+    from ckptctl.ops import recover_guard
+    from ckptctl.runroot import lock
+    from ckptctl.runroot.root import RunRoot
+    from ckptctl.runroot.state import ActiveJob, clear_active_job, write_active_job
+
+    held = contextlib.ExitStack()
+    rr = RunRoot.for_url(run_root) if run_root else None
+    recorded: list[str] = []
+    if rr is not None:
+        held.enter_context(lock.hold(rr, "launch"))
+        try:
+            for note in recover_guard.check_run_root_job(rr, replace=replace, grace_s=plan.stop_grace_s):
+                if on_note is not None:
+                    on_note(note)
+        except BaseException:
+            held.close()
+            raise
+
+    def started(sup: Supervisor) -> None:
+        if rr is not None and sup.pid is not None:
+            who = current_actor()
+            write_active_job(rr, ActiveJob(
+                backend=LocalBackend.name, job_id=str(sup.pid), script=None, owner=who, detached=False,
+                started=who.time, resume_from=plan.resume_from, log=sup.log_path,
+            ))
+            recorded.append(str(sup.pid))
+            held.close()
+        if on_start is not None:
+            on_start(sup)
+
     log_path = create_log_file(plan.log_dir, now or datetime.now(timezone.utc))
     supervisor = Supervisor(
         plan.argv,
@@ -124,11 +165,18 @@ def run_launch(
         log_path=log_path,
         on_output=on_output,
         on_line=on_line,
-        on_start=on_start,
+        on_start=started,
         stop_grace_s=plan.stop_grace_s,
         forward_signals=forward_signals,
     )
-    return supervisor.run()
+    try:
+        result = supervisor.run()
+    finally:
+        held.close()
+    if rr is not None and recorded:
+        clear_active_job(rr, ended=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+                         reason=f"ended under ckptctl launch: exit {result.exit_code}", job_id=recorded[0])
+    return result
 
 
 def launch(

@@ -18,25 +18,44 @@ record is a typed ``runroot.audit`` record: ``drain``, ``launch``, ``recover``, 
 ``quarantine`` records of a fallback (through ``ops.rollback`` -> ``runroot.mutate``).
 
 ``dry_run`` executes the same plan through ``DryEffects``: no lock, no drain, one
-capacity look, no launch, no rename, no report file.
+capacity look (a failed one is marked ``could_not_check`` and the walk goes on), no
+launch, no rename, no report file.
+
+Under the lock, before anything else, ``ops.recover_guard`` makes sure the run root has
+no live job (``job.json``): refused (exit 4), stopped with ``replace`` (audited), or a
+stale record superseded (audited). The CLI runs this function in a supervisor process of
+its own session (``ops.recover_supervisor``), which passes ``interrupts``: the operator's
+SIGINT/SIGTERM end the recovery at the next safe point (between steps; while a job runs,
+the backend stops it first), never in the middle of a rename. Each attempt's job is also
+watched for progress (``ops.recover_hang.AttemptGuard``): a hang stops it, with its
+evidence, as a failed attempt. What the watch decided and what recover waits for next is
+narrated as soon as it is known (``_WatchNarrator``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
+from ckptctl.adapters.signals import Interrupts
+from ckptctl.backends import registry
 from ckptctl.core.config.schema import CkptctlConfig
-from ckptctl.core.launch.plan import signal_name
+from ckptctl.core.launch.plan import plan_capacity, signal_name
 from ckptctl.core.recover import decisions
+from ckptctl.core.recover.evidence import STACK_DUMP_DIR_ENV
 from ckptctl.core.recover.plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
+from ckptctl.core.recover.progress import Hang, ProgressPolicy, ProgressTracker
 from ckptctl.errors import CkptctlError, UsageError
+from ckptctl.ops import recover_guard as guard
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects
+from ckptctl.ops.recover_hang import AttemptGuard
 from ckptctl.ops.recover_report import (
     AttemptRecord,
     CheckpointRecord,
@@ -69,12 +88,30 @@ def _quiet(_stage: str, _message: str) -> None:
     return None
 
 
+class RecoveryInterrupted(BaseException):
+    """A SIGINT/SIGTERM seen between runbook steps (raised only at those safe points)."""
+
+    def __init__(self, signum: int, stage: str) -> None:
+        super().__init__(signum, stage)
+        self.signum = signum
+        self.stage = stage
+
+
 class _Recovery:
-    def __init__(self, report: RecoveryReport, on_event: EventFn, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, report: RecoveryReport, on_event: EventFn, now: Callable[[], datetime], interrupts: Interrupts | None = None
+    ) -> None:
         self.report = report
         self.on_event = on_event
         self.now = now
         self.marks: dict[str, datetime] = {}
+        self.interrupts = interrupts
+
+    def checkpoint(self, stage: str) -> None:
+        """A safe point: an operator's SIGINT/SIGTERM received so far ends the recovery here."""
+        ints = self.interrupts
+        if ints is not None and ints.first is not None:
+            raise RecoveryInterrupted(ints.first, stage)
 
     def log(self, stage: str, message: str, **data: Any) -> None:
         self.report.timeline.append(TimelineEntry(iso(self.now()), stage, message, data))
@@ -103,6 +140,7 @@ def plan_recovery(
     max_attempts: int | None = None,
     baseline_log: str | None = None,
     cwd: str | None = None,
+    progress_timeout_s: float | None = None,
 ) -> RecoveryPlan:
     """The plan (pure apart from the working directory); ``UsageError`` when run roots disagree."""
     conflict = run_root_conflicts(
@@ -131,6 +169,16 @@ def plan_recovery(
         watch_steps=rc.watch_steps,
         watch_settings=rc.watch,
         baseline=baseline_log,
+        progress_rule=progress_policy(config, progress_timeout_s).describe(),
+    )
+
+
+def progress_policy(config: CkptctlConfig, progress_timeout_s: float | None = None) -> ProgressPolicy:
+    """The hang rule for this run: ``--progress-timeout`` over ``recover.progress_timeout_s``."""
+    rc = config.recover
+    return ProgressPolicy(
+        start_timeout_s=rc.start_timeout_s,
+        progress_timeout_s=progress_timeout_s if progress_timeout_s is not None else rc.progress_timeout_s,
     )
 
 
@@ -153,11 +201,22 @@ def recover(
     on_event: EventFn = _quiet,
     on_output: OutputFn | None = None,
     now: Callable[[], datetime] = _utc_now,
+    interrupts: Interrupts | None = None,
+    replace: bool = False,
+    progress_timeout_s: float | None = None,
+    supervisor_log: str | None = None,
 ) -> RecoveryReport:
     """Walk RB-7 for the run root ``root``; see the module docstring.
 
-    Raises ``LockHeldError`` (exit 4) when another recovery or rollback holds the
-    lock; ``NotFoundError`` when the root does not exist; ``UsageError`` when run roots disagree.
+    ``interrupts``: the operator's SIGINT/SIGTERM as the supervisor records them; one ends the
+    recovery at the next safe point (the job, if one runs, is stopped first) with
+    ``interrupted_by`` (exit 130/143). ``replace``: stop a live recover of this run root and
+    the run root's live job first (``ops.recover_guard``). ``progress_timeout_s`` overrides
+    ``recover.progress_timeout_s``. ``supervisor_log``: recorded with the job (``job.json``).
+
+    Raises ``LockHeldError`` (exit 4) when another recovery or rollback holds the lock, or the
+    run root's job is alive (without ``replace``); ``NotFoundError`` when the root does not
+    exist; ``UsageError`` when run roots disagree.
     """
     plan = plan_recovery(
         root.url if isinstance(root, RunRoot) else root,
@@ -170,6 +229,7 @@ def recover(
         deep=deep,
         max_attempts=max_attempts,
         baseline_log=baseline_log,
+        progress_timeout_s=progress_timeout_s,
     )
     if not plan.is_complete or root is None:
         shown = root.url if isinstance(root, RunRoot) else (root or "")
@@ -180,20 +240,29 @@ def recover(
         return report
     rr = as_run_root(root)  # opened once; every step below gets this value
     report = RecoveryReport(root=rr.url, dry_run=dry_run, started=iso(now()), plan=plan)
-    rec = _Recovery(report, on_event, now)
+    rec = _Recovery(report, on_event, now, interrupts)
     rec.mark("detected")
     rec.log("plan", f"config {plan.config_file or '(none: defaults)'}; backend {plan.backend}; root {report.root}")
     if dry_run:
-        # Read-only look at the lock: the plan is only worth showing if a real run could act on it.
-        holder = lock.holder(rr)
-        if holder is not None:
-            report.warnings.append(f"the run root is locked ({holder.describe()}): a real run would be refused now")
+        # Read-only look at the lock and the job: the plan is only worth showing if a real run could act on it.
+        try:
+            guard.preflight(rr, replace=replace)
+        except CkptctlError as e:
+            report.warnings.append(f"a real run would be refused now: {e.message}")
+    elif replace:
+        done = guard.displace_supervisor(rr, wait_s=config.launch.stop_grace_s + 90)
+        if done:
+            rec.log("replace", done)
     lock_ctx = nullcontext(None) if dry_run else lock.hold(rr, "recover", clock=now)
     with lock_ctx as held:
         if held is not None and held.broke_stale:
             # runroot.lock has written the break-lock audit record
             report.warnings.append("a stale lock left by a dead process was broken")
-        effects: Effects = DryEffects() if dry_run else RealEffects(rr, held, now)
+        effects: Effects = DryEffects() if dry_run else RealEffects(rr, held, now, supervisor_log=supervisor_log)
+        if not dry_run:
+            # one job per run root: a refusal here (exit 4) leaves no report, like the lock's
+            for note in guard.check_run_root_job(rr, replace=replace, grace_s=config.launch.stop_grace_s, clock=now):
+                rec.log("replace", note)
         try:
             _walk(
                 rec,
@@ -209,7 +278,17 @@ def recover(
                 deep=deep,
                 max_attempts=max_attempts or config.recover.max_attempts,
                 on_output=on_output,
+                progress=progress_policy(config, progress_timeout_s),
             )
+        except RecoveryInterrupted as e:
+            report.outcome = "stopped"
+            report.interrupted_by = e.signum
+            started = " (nothing is running: its job had ended or was stopped)" if report.attempts else " before any relaunch"
+            report.reason = (
+                f"interrupted: ckptctl received {signal_name(e.signum)} at the {e.stage} step{started}; "
+                "not going on. Run recover again to continue"
+            )
+            rec.log("stop", report.reason)
         except BaseException as e:
             report.outcome = "stopped"
             report.reason = f"recover failed: {_describe_error(e)}"
@@ -230,6 +309,8 @@ def _describe_error(e: BaseException) -> str:
         return e.message
     if isinstance(e, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(e, RecoveryInterrupted):
+        return f"interrupted by {signal_name(e.signum)}"
     return f"{type(e).__name__}: {e}"
 
 
@@ -251,6 +332,7 @@ def _walk(
     deep: bool,
     max_attempts: int,
     on_output: OutputFn | None,
+    progress: ProgressPolicy,
 ) -> RecoveryReport:
     from ckptctl.ops.classify import classify_logs
     from ckptctl.ops.launch import prepare_launch
@@ -260,6 +342,7 @@ def _walk(
     url = root.url
 
     # 1. classify
+    rec.checkpoint("classify")
     if logs:
         result = classify_logs(list(logs), extra_signature_files=[*config.classify.signatures, *signature_files])
         report.classify = result
@@ -278,6 +361,7 @@ def _walk(
     if not triage.proceed:
         return rec.stop(triage.reason)
     # 3. drain
+    rec.checkpoint("drain")
     drain_step = plan.step("drain")
     execute = bool(drain_step and drain_step.inputs.get("execute"))
     for cmd in decisions.plan_drain(triage.drain_hosts, kind=config.recover.drain.kind, reason=config.recover.drain.reason):
@@ -290,8 +374,21 @@ def _walk(
             rec.log("drain", f"drain kind is 'none': take {', '.join(triage.drain_hosts)} out of the pool by hand")
     # 4. capacity
     excluded = tuple(dict.fromkeys([*config.launch.exclude_hosts, *triage.drain_hosts]))
-    decision, refusal = steps.await_capacity(config, excluded, rec, dry_run=effects.dry)
-    if refusal is not None or decision is None:
+    rec.checkpoint("capacity")
+    ints = rec.interrupts
+    decision, refusal = steps.await_capacity(
+        config, excluded, rec, dry_run=effects.dry,
+        sleep=ints.sleep if ints is not None else time.sleep,
+        checkpoint=lambda: rec.checkpoint("capacity"),
+    )
+    if (refusal is not None or decision is None) and effects.dry:
+        # a dry run shows the whole plan: the relaunch is sized as configured, the step is marked
+        why = refusal or "capacity check failed"
+        report.could_not_check.append({"stage": "capacity", "reason": why})
+        rec.log("capacity", f"could not check: {why}; the rest of the plan assumes the configured nodes")
+        lc = config.launch
+        decision = plan_capacity(lc.min_nodes, lc.max_nodes, None, excluded, config.recover.min_nodes_policy)
+    elif refusal is not None or decision is None:
         return rec.stop(refusal or "capacity check failed")
     rec.mark("capacity")
 
@@ -299,7 +396,10 @@ def _walk(
     baseline_paths = [baseline_log] if baseline_log else [p for p in logs if p != "-"]
     baseline_lines = [line for p in baseline_paths for line in steps.read_lines(p)]
     history: list[decisions.Attempt] = []
+    if not baseline_lines and not effects.dry:
+        rec.log("watch", NO_BASELINE)
     while True:
+        rec.checkpoint("locate")
         root.storage.invalidate_cache(root.path)  # a job may have written checkpoints since the last listing
         report.note_listing(root)  # the failed run's reach (incident: steps recomputed)
         found = find_latest_complete(root, deep=deep)
@@ -318,20 +418,40 @@ def _walk(
 
         attempt_no = len(history) + 1
         watcher, watch_state = steps.make_watcher(config, ckpt.step, baseline_lines, ckpt.tokens_seen)
+        rec.checkpoint("launch")
+        stamp = rec.now().strftime("%Y%m%dT%H%M%SZ")
+        stack_dir = os.path.join(os.path.abspath(lplan.log_dir), f"stacks-{stamp}-attempt{attempt_no}")
+        lplan = dataclasses.replace(lplan, env={**lplan.env, STACK_DUMP_DIR_ENV: stack_dir})
         if not effects.dry:
             rec.log("launch", f"attempt {attempt_no}/{max_attempts}: " + shlex.join(lplan.argv))
             rec.mark("relaunched")
+        tracker = ProgressTracker(policy=progress)
+        attempt_guard = AttemptGuard(
+            tracker=tracker,
+            interrupts=rec.interrupts,
+            stack_dir=stack_dir,
+            job_env={**os.environ, **lplan.env},
+            on_hang=lambda h, ev: _narrate_hang(rec, h, ev),
+        )
+        narrate = _WatchNarrator(rec, config, plan, watcher is not None and bool(baseline_lines))
 
-        def on_line(line: str, _w: Any = watcher, _s: dict[str, Any] = watch_state) -> bool:
-            return steps.feed_watch(_w, _s, line)
+        def on_line(line: str, _w: Any = watcher, _s: dict[str, Any] = watch_state,
+                    _g: AttemptGuard = attempt_guard, _n: _WatchNarrator = narrate) -> bool:
+            _g.feed(line)
+            stop = steps.feed_watch(_w, _s, line) if _w is not None else False
+            _n.after_line(_s, _g.tracker)
+            return stop
 
+        if not effects.dry:
+            rec.log("watch", f"waiting for the resumed job's first training step; hang check: {progress.describe()}")
         run = effects.launch(
             rec, config, lplan,
             detach=plan.detach,
             attempt=attempt_no,
-            decided=lambda _s=watch_state: _s.get("verdict") is not None,
+            decided=lambda _s=watch_state, _n=narrate: _s.get("verdict") is not None or _n.unverifiable_done,
             on_output=on_output,
-            on_line=on_line if watcher is not None else None,
+            on_line=on_line,
+            stop_check=attempt_guard,
         )
         if run is None:  # dry run: the plan is shown, nothing ran
             return report
@@ -352,12 +472,16 @@ def _walk(
             stopped_by_watch=run.stopped_by_watch,
             still_running=run.still_running,
             interrupted_by=None if run.interrupted_by is None else signal_name(run.interrupted_by),
+            cause=run.cause,
         )
         history.append(attempt)
         record = AttemptRecord(attempt, list(lplan.argv), run.log_path, watch_state.get("result"),
-                               round(run.duration_s, 3), run.stop_reason, job=run)
+                               round(run.duration_s, 3), run.stop_reason, job=run,
+                               hang=attempt_guard.evidence if run.cause == decisions.HANG else None)
         report.attempts.append(record)
         state = "still running" if run.still_running else f"job exit {run.exit_code}"
+        if run.cause == decisions.HANG:
+            state += ", stopped: it hung"
         rec.log("watch", f"attempt {attempt_no}: {state}, loss watch: {verdict or 'no verdict'}",
                 exit_code=run.exit_code, verdict=verdict)
         nxt = decisions.decide_after_attempt(history, max_attempts=max_attempts)
@@ -379,3 +503,51 @@ def _walk(
             # A failed or preempted run: its losses continue the pre-failure record, so the
             # next watch compares against them too. Appended, never swapped in.
             baseline_lines = baseline_lines + steps.read_lines(run.log_path)
+
+
+NO_BASELINE = (
+    "no pre-failure log (--no-logs and no --baseline): the loss watch has nothing to compare the "
+    "resumed losses with and will not call the resume continuous (outcome at best resumed-unverified, "
+    "exit 5); give the pre-failure training log with --baseline LOG"
+)
+
+
+class _WatchNarrator:
+    """Says, as it happens, what the watch decided and what recover waits for next."""
+
+    def __init__(self, rec: _Recovery, config: CkptctlConfig, plan: RecoveryPlan, judging: bool) -> None:
+        self.rec, self.config, self.plan, self.judging = rec, config, plan, judging
+        self.first_step_said = False
+        self.verdict_said = False
+        self.unverifiable_done = False
+        """No baseline: ``watch_steps`` resumed steps were seen; nothing more can be decided."""
+
+    def after_line(self, state: dict[str, Any], tracker: ProgressTracker) -> None:
+        if not self.first_step_said and tracker.steps_seen > 0:
+            self.first_step_said = True
+            self.rec.log("watch", f"first resumed step logged (step {tracker.last_step}); "
+                                  f"waiting for {self.config.recover.watch_steps} steps for the loss verdict")
+        verdict = state.get("verdict")
+        if verdict is not None and not self.verdict_said:
+            self.verdict_said = True
+            self.rec.log("watch", f"loss watch verdict: {verdict} ({decisions.classify_verdict(verdict)}); "
+                                  + self._next(decisions.classify_verdict(verdict)), verdict=verdict)
+        elif (not self.judging and not self.unverifiable_done
+              and tracker.steps_seen >= self.config.recover.watch_steps):
+            self.unverifiable_done = True
+            self.rec.log("watch", f"{tracker.steps_seen} resumed steps logged and nothing to compare them "
+                                  "with: not verified (pass --baseline); " + self._next("unverified"))
+
+    def _next(self, cls: str) -> str:
+        if cls == "bad":
+            return "stopping the job, then falling back one checkpoint"
+        if not registry.get(self.config.launch.backend).supervises_to_end(detach=self.plan.detach):
+            return "recover hands the job over and returns; it runs on"
+        return "waiting for the job to end (Ctrl-C stops it; closing the terminal does not)"
+
+
+def _narrate_hang(rec: _Recovery, hang: Hang, evidence: dict[str, Any]) -> None:
+    sus = evidence.get("suspects") or {}
+    who = f"; suspects: {sus.get('why')}" if sus.get("why") else ""
+    dumps = sum(1 for d in evidence.get("stack_dumps", []) if d.get("stack"))
+    rec.log("hang", f"{hang.reason}{who}; {dumps} stack dump(s) collected; stopping the job", kind=hang.kind)

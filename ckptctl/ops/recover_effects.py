@@ -25,7 +25,7 @@ from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
-from ckptctl.runroot.state import ActiveJob, write_active_job
+from ckptctl.runroot.state import ActiveJob, clear_active_job, write_active_job
 
 if TYPE_CHECKING:
     from ckptctl.backends.base import JobRun
@@ -61,14 +61,26 @@ class DryEffects(Effects):
         rec.log("launch", preview.summary)
         rec.report.outcome = "dry-run"
         rec.report.reason = "dry run: the plan above would be carried out"
+        if rec.report.could_not_check:
+            rec.report.reason += ", but could not check: " + "; ".join(
+                f"{c['stage']}: {c['reason']}" for c in rec.report.could_not_check
+            )
         return None
 
 
 class RealEffects(Effects):
     """Acts on the run root ``root`` while holding its lock (``held``)."""
 
-    def __init__(self, root: RunRoot, held: HeldLock | None, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        root: RunRoot,
+        held: HeldLock | None,
+        clock: Callable[[], datetime] = _utc_now,
+        *,
+        supervisor_log: str | None = None,
+    ) -> None:
         self.root, self.held, self.clock = root, held, clock
+        self.supervisor_log = supervisor_log
 
     def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         shown = shlex.join(cmd.argv)
@@ -85,9 +97,14 @@ class RealEffects(Effects):
         return None
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
+        """Start the job through its backend and follow it; the run root's job record
+        (``job.json``) is written once the job exists and closed when it has ended under
+        this supervision (a job left running after the verdict keeps it open)."""
         backend = registry.get(config.launch.backend)
+        submitted: list[str] = []
 
         def on_submit(job_id: str, script: str | None) -> None:
+            submitted.append(job_id)
             record = audit.Launch(
                 who=current_actor(self.clock),
                 backend=config.launch.backend,
@@ -98,17 +115,33 @@ class RealEffects(Effects):
                 resume_from=plan.resume_from,
             )
             audit.write(self.root, record)
-            write_active_job(self.root, ActiveJob.from_launch(record, attempt=kw.get("attempt")))
+            write_active_job(
+                self.root,
+                ActiveJob.from_launch(record, attempt=kw.get("attempt"), supervisor_log=self.supervisor_log),
+            )
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 
-        return backend.run(
-            config,
-            plan,
-            detach=kw["detach"],
-            decided=kw["decided"],
-            on_output=kw["on_output"],
-            on_line=kw["on_line"],
-            on_submit=on_submit,
-            # the job's own retention may act while recover holds the lock on its behalf
-            extra_env={INHERITED_TOKEN_ENV: self.held.info.token} if self.held is not None else None,
-        )
+        try:
+            run = backend.run(
+                config,
+                plan,
+                detach=kw["detach"],
+                decided=kw["decided"],
+                on_output=kw["on_output"],
+                on_line=kw["on_line"],
+                on_submit=on_submit,
+                # the job's own retention may act while recover holds the lock on its behalf
+                extra_env={INHERITED_TOKEN_ENV: self.held.info.token} if self.held is not None else None,
+                stop_check=kw.get("stop_check"),
+            )
+        except BaseException:
+            for job_id in submitted:  # a submission recover gave up on (cancelled): closed once it is gone
+                status = backend.state(ActiveJob.ref_of(config.launch.backend, job_id))
+                if status.phase == "ended":
+                    clear_active_job(self.root, ended=iso(self.clock()), reason="ended: recover gave up on it",
+                                     job_id=job_id)
+            raise
+        if not run.still_running and run.job_id is not None:
+            why = run.stop_reason or (run.state or f"exit {run.exit_code}")
+            clear_active_job(self.root, ended=iso(self.clock()), reason=f"ended under recover: {why}", job_id=run.job_id)
+        return run

@@ -164,6 +164,8 @@ class AttemptRecord:
     """How the backend ran the job (JSON: ``{backend, job_id, script, state, still_running}``)."""
     quarantined: list[str] = field(default_factory=list)
     """Checkpoints this attempt's bad resume led recover to quarantine (its own saves included)."""
+    hang: dict[str, Any] | None = None
+    """The evidence of a hang (``ops.recover_hang``) when the job was stopped for one."""
 
     def to_json(self) -> dict[str, Any]:
         a = self.attempt
@@ -183,6 +185,8 @@ class AttemptRecord:
             "still_running": a.still_running,
             "job": self.job.to_json() if self.job else None,
             "quarantined": self.quarantined,
+            "cause": a.cause,
+            "hang": self.hang,
         }
 
 
@@ -225,6 +229,8 @@ class RecoveryReport:
     reached_step: int | None = None
     """The newest step among the checkpoint directories the failed run left (its first listing:
     a save in progress counts, quarantined ones do not): evidence of how far it got."""
+    could_not_check: list[dict[str, str]] = field(default_factory=list)
+    """A dry run's live checks that failed (``{stage, reason}``): the walk went on past them; exit 3."""
 
     def note_listing(self, root: RunRoot) -> None:
         """Before the first attempt: how far the failed run got, from the checkpoint directories it
@@ -247,6 +253,8 @@ class RecoveryReport:
     def exit_code(self) -> int:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by  # 130 / 143, as `ckptctl launch` and a shell report it
+        if self.could_not_check and self.outcome == "dry-run":
+            return 3  # the plan is shown whole, but a real run would stop (or might) at that step
         return decisions.OUTCOME_EXIT.get(self.outcome, 3)
 
     def to_json(self) -> dict[str, Any]:
@@ -280,6 +288,7 @@ class RecoveryReport:
             "incident": self.incident,
             "locate_after": self.locate_after,
             "cadence": self.cadence,
+            "could_not_check": self.could_not_check,
         }
 
 

@@ -82,12 +82,14 @@ def await_capacity(
     dry_run: bool,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    checkpoint: Callable[[], None] | None = None,
 ) -> tuple[CapacityDecision | None, str | None]:
     """RB-7's capacity check: (the decision, None) to go on, or (decision, why) to stop.
 
     With ``min_nodes_policy: wait`` and a ``hosts_command``, asks again every
     ``capacity_poll_s`` until enough hosts are healthy or ``capacity_timeout_s`` passes.
-    A dry run asks once and never waits.
+    A dry run asks once and never waits. ``checkpoint`` is called before each check (it raises
+    to end the recovery: an operator's interrupt while waiting).
     """
     from ckptctl.core.launch.plan import plan_capacity
 
@@ -100,6 +102,8 @@ def await_capacity(
     start = clock()
     checks = 0
     while True:
+        if checkpoint is not None:
+            checkpoint()
         checks += 1
         if command:
             try:

@@ -15,6 +15,8 @@ JSON keys, which are a contract: add, never rename (schema: docs/rollback.md,
 | ``drain`` | ``Drain`` | ``recover`` (``--execute-drain``) |
 | ``launch`` | ``Launch`` | ``recover`` (the job exists: its backend and id) |
 | ``recover`` | ``Recovery`` | ``recover`` (it ended; the report's URL) |
+| ``stop-job`` | ``JobStopped`` | ``recover``/``launch --replace`` (a live job of the run root stopped first) |
+| ``supersede-job`` | ``JobSuperseded`` | ``recover``/``launch`` (a job record whose job has ended, closed) |
 
 Records of changes to step directories (the first four rows) also carry
 ``outcome`` (``done`` | ``failed``) and, when failed, ``error``, added by ``write``.
@@ -34,7 +36,8 @@ from ckptctl.core.rollback.model import AuditRecord, Who, step_record
 from ckptctl.runroot.root import RunRoot
 
 AuditAction = Literal[
-    "quarantine", "restore", "break-lock", "retention-delete", "supersede", "drain", "launch", "recover"
+    "quarantine", "restore", "break-lock", "retention-delete", "supersede", "drain", "launch", "recover",
+    "stop-job", "supersede-job",
 ]
 ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
 Outcome = Literal["done", "failed"]
@@ -182,7 +185,61 @@ class Recovery:
         }
 
 
-AuditEntry = AuditRecord | BreakLock | StepRemoved | StepSuperseded | Drain | Launch | Recovery
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobStopped:
+    """``--replace``: the run root's live job (``job.json``) was stopped before a new one starts."""
+
+    action: ClassVar[AuditAction] = "stop-job"
+    who: Who
+    backend: str
+    job_id: str
+    reason: str
+    state: str | None
+    """The job's state when it was found (its backend's word), then how it ended."""
+    job: dict[str, Any]
+    """The job record (``job.json``) as it was."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.who.head(),
+            "action": self.action,
+            "backend": self.backend,
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "state": self.state,
+            "job": self.job,
+            "ckptctl_version": self.who.ckptctl_version,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSuperseded:
+    """A job record whose job is no longer alive (dead pid, finished Slurm job) was closed."""
+
+    action: ClassVar[AuditAction] = "supersede-job"
+    who: Who
+    backend: str
+    job_id: str
+    reason: str
+    state: str | None
+    job: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.who.head(),
+            "action": self.action,
+            "backend": self.backend,
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "state": self.state,
+            "job": self.job,
+            "ckptctl_version": self.who.ckptctl_version,
+        }
+
+
+AuditEntry = (
+    AuditRecord | BreakLock | StepRemoved | StepSuperseded | Drain | Launch | Recovery | JobStopped | JobSuperseded
+)
 _STEP_CHANGES = (AuditRecord, BreakLock, StepRemoved, StepSuperseded)
 
 

@@ -24,6 +24,7 @@ missing or unreadable one is ``None`` (or left out of a list).
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -71,9 +72,14 @@ class ActiveJob:
     ended: str | None = None
     """When ckptctl saw the job end (set by ``clear_active_job``)."""
     end_reason: str | None = None
+    supervisor_log: str | None = None
+    """The event log of the recovery supervisor that owns the job while it watches it
+    (``ops.recover_supervisor``; ``owner.pid`` is that supervisor's pid)."""
 
     @classmethod
-    def from_launch(cls, launch: audit.Launch, *, attempt: int | None = None) -> ActiveJob:
+    def from_launch(
+        cls, launch: audit.Launch, *, attempt: int | None = None, supervisor_log: str | None = None
+    ) -> ActiveJob:
         return cls(
             backend=launch.backend,
             job_id=launch.job_id,
@@ -84,7 +90,18 @@ class ActiveJob:
             resume_from=launch.resume_from,
             log=launch.log,
             attempt=attempt,
+            supervisor_log=supervisor_log,
         )
+
+    def describe(self) -> str:
+        """``local job 1234 (attempt 1, from step_30) started 2026-...Z by alice on login1``."""
+        extra = [f"attempt {self.attempt}"] if self.attempt is not None else []
+        if self.resume_from:
+            extra.append("from " + self.resume_from.rstrip("/").rsplit("/", 1)[-1])
+        shown = f" ({', '.join(extra)})" if extra else ""
+        who = f" by {self.owner.user}" if self.owner.user else ""
+        where = f" on {self.owner.host}" if self.owner.host else ""
+        return f"{self.backend} job {self.job_id}{shown} started {self.started or '?'}{who}{where}"
 
     @property
     def host(self) -> str:
@@ -94,6 +111,11 @@ class ActiveJob:
     def ref(self) -> JobRef:
         """The job as its backend knows it (ask ``backend.state(ref)`` whether it is alive)."""
         return JobRef(backend=self.backend, job_id=self.job_id, host=self.owner.host or None)
+
+    @staticmethod
+    def ref_of(backend: str, job_id: str) -> JobRef:
+        """A job this host's ckptctl just started (its ``ref()`` before a record exists)."""
+        return JobRef(backend=backend, job_id=job_id, host=socket.gethostname())
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -109,6 +131,8 @@ class ActiveJob:
         # keys added after the first version, present once known
         if self.attempt is not None:
             doc["attempt"] = self.attempt
+        if self.supervisor_log is not None:
+            doc["supervisor_log"] = self.supervisor_log
         if self.ended is not None:
             doc["ended"] = self.ended
             doc["end_reason"] = self.end_reason
@@ -141,6 +165,7 @@ class ActiveJob:
             attempt=jsonsafe.bounded_int(doc.get("attempt")),
             ended=_str(doc.get("ended")),
             end_reason=_str(doc.get("end_reason")),
+            supervisor_log=_str(doc.get("supervisor_log")),
         )
 
 
@@ -162,11 +187,12 @@ def read_active_job(root: RunRoot) -> ActiveJob | None:
     return None if job is None or job.ended is not None else job
 
 
-def clear_active_job(root: RunRoot, *, ended: str, reason: str) -> ActiveJob | None:
+def clear_active_job(root: RunRoot, *, ended: str, reason: str, job_id: str | None = None) -> ActiveJob | None:
     """Close the recorded job (kept, with ``ended`` and ``end_reason``: ``status`` still shows
-    it, nothing is deleted). Returns the closed record; None when there was none."""
+    it, nothing is deleted). Returns the closed record; None when there was none (or, with
+    ``job_id``, when the open record is another job's: a later recovery's, left alone)."""
     job = read_active_job(root)
-    if job is None:
+    if job is None or (job_id is not None and job.job_id != job_id):
         return None
     closed = replace(job, ended=ended, end_reason=reason)
     write_active_job(root, closed)

@@ -30,6 +30,11 @@ How the run goes wrong, chosen by the checkpoint it was resumed from:
 checkpoint ``step_<last step printed>`` the same way, prints ``ckptctl-train preempted
 ... exit_code=75`` and exits 75, as ``ckptctl.training`` does.
 
+``--hang-after-steps K``: resumed from a step below ``--hang-below-step`` (default:
+any), rank 0 logs K steps (and any ``--save-at-step`` among them), then stops making
+progress: it sleeps ``--hang-s`` without a word, as a job stuck in a collective or in
+I/O would (recover's hang check must stop it). Resumed from a later step it runs normally.
+
 ``--save-at-step K``: after printing step K, rank 0 "saves" ``step_K`` next to
 the checkpoint it resumed from: a copy of that checkpoint (real DCP files), written
 under a temporary name and renamed, as a committed save is. Its content is the
@@ -102,6 +107,8 @@ def main() -> int:
     p.add_argument("--fail-below-step", type=int, default=None)
     p.add_argument("--save-at-step", type=int, default=None)
     p.add_argument("--emergency-save", action="store_true")
+    p.add_argument("--hang-after-steps", type=int, default=None)
+    p.add_argument("--hang-below-step", type=int, default=None)
     args = p.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
@@ -145,6 +152,9 @@ def main() -> int:
         and args.resume_from is not None
         and start >= args.spike_from_step
     )
+    hang_at: int | None = None
+    if args.hang_after_steps is not None and (args.hang_below_step is None or start < args.hang_below_step):
+        hang_at = start + args.hang_after_steps
     last = [start]
     if args.emergency_save and path is not None:
         import signal
@@ -167,6 +177,9 @@ def main() -> int:
         if step == failing_after and rank == 0:  # after its save; the other ranks finish
             say(f"rank={rank} failing after saving step {step}", sys.stderr)
             return 1
+        if step == hang_at:
+            time.sleep(args.hang_s)  # no progress, no word: only a stop from outside ends this
+            return 0
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
     if spiking:

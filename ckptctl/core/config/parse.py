@@ -122,7 +122,7 @@ def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:
             kw[key] = DrainConfig(**drain)
         elif key == "watch":
             kw[key] = check_watch_settings(_mapping(value, "recover.watch"))
-        elif key in ("capacity_timeout_s", "capacity_poll_s"):
+        elif key in ("capacity_timeout_s", "capacity_poll_s", "start_timeout_s", "progress_timeout_s"):
             kw[key] = _number(value, f"recover.{key}")
         elif key == "hosts_command":
             kw[key] = _command(value, "recover.hosts_command")

@@ -241,6 +241,12 @@ class RecoverConfig:
     """How a faulty host is drained."""
     watch: Mapping[str, Any] = field(default_factory=dict)
     """Loss-watch thresholds, passed to the watch operation as they are (its docs list the keys)."""
+    start_timeout_s: float = 1800.0
+    """A relaunched job that logs no training step this long after it started running is hung
+    (``core.recover.progress``); ``0``: no start deadline."""
+    progress_timeout_s: float | None = None
+    """No new training step for this long is a hang; unset: adapts to the run (a multiple of the
+    step time, a floor, an allowance for a save); ``0``: off. ``recover --progress-timeout``."""
 
     def __post_init__(self) -> None:
         check_int(self.max_attempts, "recover.max_attempts", minimum=1)
@@ -252,6 +258,9 @@ class RecoverConfig:
             )
         check_seconds(self.capacity_timeout_s, "recover.capacity_timeout_s", allow_zero=True)
         check_seconds(self.capacity_poll_s, "recover.capacity_poll_s")
+        check_seconds(self.start_timeout_s, "recover.start_timeout_s", allow_zero=True)
+        if self.progress_timeout_s is not None:
+            check_seconds(self.progress_timeout_s, "recover.progress_timeout_s", allow_zero=True)
         if isinstance(self.hosts_command, list):
             object.__setattr__(self, "hosts_command", tuple(self.hosts_command))
         if not all(isinstance(a, str) and a for a in self.hosts_command):

@@ -180,6 +180,18 @@ class Attempt:
     interrupted_by: str | None = None
     """The signal (``SIGINT``, ``SIGTERM``) that interrupted ckptctl itself during the
     attempt; ckptctl stopped the job because of it."""
+    cause: str | None = None
+    """Why ckptctl stopped the job when not for its loss or an interrupt: ``hang`` (no
+    training step within the start deadline or the progress timeout, ``core.recover.progress``)."""
+
+
+#: ``Attempt.cause`` of a job stopped for making no progress.
+HANG = "hang"
+
+
+def _failed(a: Attempt) -> str:
+    """``hung (no progress)`` or ``failed (exit N)``."""
+    return "hung (no progress)" if a.cause == HANG else f"failed (exit {a.exit_code})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +246,21 @@ def decide_after_attempt(history: Sequence[Attempt], *, max_attempts: int) -> Ne
             and prev.exit_code not in (0, None)
             and last.exit_code not in (0, None)
         ):
-            same = "the same way" if prev.exit_code == last.exit_code else "again"
+            same = "the same way" if (prev.exit_code, prev.cause) == (last.exit_code, last.cause) else "again"
+            how = (
+                f"exit {prev.exit_code}, then {last.exit_code}"
+                if HANG not in (prev.cause, last.cause)
+                else f"{_failed(prev)}, then {_failed(last)}"
+            )
             return NextAction(
                 "stop",
                 f"restart loop: resuming from step {last.checkpoint_step} failed {same} twice "
-                f"(exit {prev.exit_code}, then {last.exit_code}); the checkpoint step does not advance",
+                f"({how}); the checkpoint step does not advance",
             )
     if left <= 0:
-        return NextAction("stop", f"the job failed (exit {last.exit_code}) and no attempts are left ({max_attempts})")
+        return NextAction("stop", f"the job {_failed(last)} and no attempts are left ({max_attempts})")
+    if last.cause == HANG:
+        return NextAction("resume", "the job hung (no progress) and was stopped: locate the newest complete checkpoint and resume")
     if last.exit_code == PREEMPTED_EXIT_CODE:
         return NextAction("resume", "the job was preempted again after an emergency checkpoint: resume")
     return NextAction("resume", f"the job failed (exit {last.exit_code}): locate the newest complete checkpoint and resume")

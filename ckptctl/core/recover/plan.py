@@ -143,8 +143,11 @@ def build_recovery_plan(
     watch_steps: int,
     watch_settings: Mapping[str, Any],
     baseline: str | None,
+    progress_rule: str | None = None,
 ) -> RecoveryPlan:
-    """The steps of RB-7 for this invocation (pure)."""
+    """The steps of RB-7 for this invocation (pure). ``progress_rule``: the hang rule, for people
+    (``core.recover.progress.ProgressPolicy.describe``)."""
+    pre_failure = bool(baseline) or any(p != "-" for p in logs)
     missing: list[str] = []
     if not root:
         missing.append("a run root: pass ROOT or set run_root in the config")
@@ -183,8 +186,22 @@ def build_recovery_plan(
         ),
         PlanStep(
             stage="watch",
-            action=f"read up to {watch_steps} logged steps after the resume; only 'continuous' is recovered",
-            inputs={"watch_steps": watch_steps, "settings": dict(watch_settings), "baseline": baseline},
+            action=f"read up to {watch_steps} logged steps after the resume; only 'continuous' is recovered"
+            + (
+                ""
+                if pre_failure
+                else "; NO pre-failure log (--no-logs, no --baseline): the watch has nothing to compare the "
+                "resumed losses with and will not call the resume continuous (at best resumed-unverified); "
+                "give one with --baseline LOG"
+            )
+            + (f"; hang check: {progress_rule}" if progress_rule else ""),
+            inputs={
+                "watch_steps": watch_steps,
+                "settings": dict(watch_settings),
+                "baseline": baseline,
+                "pre_failure_log": pre_failure,
+                "progress": progress_rule,
+            },
         ),
         PlanStep(
             stage="fallback",

@@ -1,0 +1,1 @@
+"""On-call drills (issue 20): real ``ckptctl recover`` processes, real jobs, real Slurm."""
