@@ -189,3 +189,16 @@ def test_a_save_at_an_existing_step_supersedes_through_mutate(tmp_path: Path) ->
     assert aside.startswith("step_10.quarantined-superseded-")
     root = RunRoot.open(str(tmp_path))
     assert _actions(root) == [("supersede", "step_10", aside)]
+
+
+def test_every_action_declares_what_it_changed_and_reads_back_typed(tmp_path: Path) -> None:
+    assert set(audit.SUBJECT_OF) == audit.ACTIONS
+    root = RunRoot.open(str(tmp_path))
+    for r in records():
+        audit.write(root, r)
+    (tmp_path / ".ckptctl" / "audit.jsonl").open("a").write('{"action": "from-a-later-version"}\n')
+    got = audit.records(root)
+    assert [g.action for g in got] == [r.to_json()["action"] for r in records()] + [None]
+    assert got[-1].subject is None and got[-1].doc == {"action": "from-a-later-version"}
+    changed = audit.records(root, subjects=("checkpoint", "host"))
+    assert [g.action for g in changed] == ["quarantine", "retention-delete", "supersede", "drain"]

@@ -29,15 +29,14 @@ from ckptctl.runroot.root import RunRoot, as_run_root
 from ckptctl.runroot.state import reports
 
 SCHEMA = "ckptctl.report/1"
-#: Audit actions the report shows (what happened to checkpoints and hosts).
-SHOWN_ACTIONS = ("quarantine", "restore", "drain", "retention-delete", "supersede")
+#: The audit records the report shows: what happened to checkpoints and hosts.
+SHOWN_SUBJECTS: tuple[audit.Subject, ...] = ("checkpoint", "host")
 
 
 def build_report(root: str | RunRoot, *, now: datetime | None = None) -> dict[str, Any]:
     """The report document of the run root ``root`` (read-only)."""
     rr = as_run_root(root)
     when = now or datetime.now(timezone.utc)
-    records = audit.read(rr).records
     return {
         "schema": SCHEMA,
         "root": rr.url,
@@ -46,7 +45,7 @@ def build_report(root: str | RunRoot, *, now: datetime | None = None) -> dict[st
         "incidents": run_incidents(rr),
         "recoveries": [r.doc for r in reports(rr)],
         "checkpoints": list_checkpoints(rr).to_json(),
-        "audit": [r for r in records if r.get("action") in SHOWN_ACTIONS],
+        "audit": [r.doc for r in audit.records(rr, subjects=SHOWN_SUBJECTS)],
     }
 
 

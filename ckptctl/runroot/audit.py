@@ -25,10 +25,10 @@ Records of changes to step directories (the first four rows) also carry
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, cast, get_args
 
 from ckptctl.adapters import audit as log_file
 from ckptctl.adapters.audit import AuditLog
@@ -40,6 +40,16 @@ AuditAction = Literal[
     "stop-job", "supersede-job",
 ]
 ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
+#: What a record's action changed. Declared once for every action (a test keeps it whole):
+#: readers choose records by subject (``records(..., subjects=...)``), not by action strings.
+Subject = Literal["checkpoint", "host", "job", "lock", "recovery"]
+SUBJECT_OF: dict[str, Subject] = {
+    "quarantine": "checkpoint", "restore": "checkpoint", "retention-delete": "checkpoint", "supersede": "checkpoint",
+    "drain": "host",
+    "launch": "job", "stop-job": "job", "supersede-job": "job",
+    "break-lock": "lock",
+    "recover": "recovery",
+}  # fmt: skip
 Outcome = Literal["done", "failed"]
 #: The ``actor`` field of records the training library writes.
 TRAINING_ACTOR = "ckptctl.training"
@@ -278,6 +288,28 @@ def check_writable(root: RunRoot) -> None:
 def read(root: RunRoot) -> AuditLog:
     """The root's audit log, oldest record first (records as written, any version)."""
     return log_file.read_log(root.storage, root.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """One record as read back: its action (None: not one this version writes), what it
+    changed (``SUBJECT_OF``), and the JSON as written (any version: keys are only added)."""
+
+    action: AuditAction | None
+    subject: Subject | None
+    doc: dict[str, Any]
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Logged:
+        raw = doc.get("action")
+        action = cast(AuditAction, raw) if isinstance(raw, str) and raw in ACTIONS else None
+        return cls(action=action, subject=SUBJECT_OF.get(action) if action else None, doc=doc)
+
+
+def records(root: RunRoot, *, subjects: Collection[Subject] | None = None) -> list[Logged]:
+    """The root's audit records, oldest first, typed; ``subjects``: only those that changed these."""
+    out = [Logged.of(doc) for doc in read(root).records]
+    return out if subjects is None else [r for r in out if r.subject in subjects]
 
 
 def state_path(root: RunRoot, name: str) -> str:

@@ -229,9 +229,8 @@ class RecoveryEntry:
 def recovery_entries(root: RunRoot) -> list[RecoveryEntry]:
     """The audit log's ``recover`` records, oldest first."""
     out = []
-    for rec in audit.read(root).records:
-        if rec.get("action") != audit.Recovery.action:
-            continue
+    recoveries: tuple[audit.Subject, ...] = ("recovery",)
+    for rec in (r.doc for r in audit.records(root, subjects=recoveries)):
         out.append(
             RecoveryEntry(
                 time=_str(rec.get("time")),
