@@ -638,3 +638,41 @@ def test_a_keyword_ending_in_newline_does_not_hide_the_next_line() -> None:
     block = b"x BrokenPipeError\nhost-3:1:2 [0] NCCL INFO CUDA_ERROR_ILLEGAL_ADDRESS\n"
     matches, _ = MATCHER.scan_block(block)
     assert [m[0] for m in matches] == [1]
+
+
+def _marked_training_lines() -> list[str]:
+    """The format strings of the training library's log calls marked as read by classify,
+    read from its source (the vocabulary of ckptctl's own words, complete by construction)."""
+    import ast
+    from pathlib import Path
+
+    import ckptctl.training as training
+
+    out: list[str] = []
+    for path in sorted(Path(training.__file__).parent.glob("*.py")):
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+                continue
+            above = lines[node.lineno - 2] if node.lineno >= 2 else ""
+            if "read by classify" not in above:
+                continue
+            fmt = node.args[0]
+            if isinstance(fmt, ast.JoinedStr | ast.BinOp):
+                continue
+            text = "".join(
+                p.value for p in ast.walk(fmt) if isinstance(p, ast.Constant) and isinstance(p.value, str)
+            )
+            out.append(text)
+    return out
+
+
+def test_every_training_line_marked_for_classify_is_a_preemption_signature() -> None:
+    marked = _marked_training_lines()
+    assert len(marked) >= 2, marked
+    for fmt in marked:
+        line = "[rank0]:" + fmt.replace("%s", "SIGTERM").replace("%d", "3") + "\n"
+        match = MATCHER.match_line(line)
+        assert match is not None, fmt
+        assert match.signature.category == "preemption", (fmt, match.signature.id)

@@ -273,6 +273,7 @@ class Checkpointer:
         )
         deliveries = self._watcher.deliveries if self._watcher is not None else 0
         if deliveries > 1:
+            # This line's wording is read by classify (signatures/platforms.yaml): keep it.
             logger.warning(
                 "ckptctl: a preemption signal arrived %d times on this rank (scheduler and "
                 "launcher both signal it): one preemption",
