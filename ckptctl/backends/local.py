@@ -223,15 +223,15 @@ class LocalBackend:
 
     def state(self, job: JobRef) -> JobStatus:
         """Is the pid alive? Only the host that started it can tell (``RUNNING``/``ENDED``)."""
-        pid = job_pid(job.job_id)
-        if pid is None:
-            return JobStatus(job_id=job.job_id or None, phase="unknown", detail={"job_id": job.job_id or None, "state": "UNKNOWN"})
         if job.host not in (None, socket.gethostname()):
             return JobStatus(
                 job_id=job.job_id,
                 phase="unknown",
                 detail={"job_id": job.job_id, "state": "UNKNOWN", "error": f"started on {job.host}, not this host"},
             )
+        pid = job_pid(job.job_id)
+        if pid is None:
+            return JobStatus(job_id=job.job_id or None, phase="unknown", detail={"job_id": job.job_id or None, "state": "UNKNOWN"})
         try:
             os.kill(pid, 0)
             alive = not _is_zombie(pid)
