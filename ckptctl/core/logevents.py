@@ -217,6 +217,8 @@ class RestartDetector:
         self._failed = False
         self._marked = False
         """A marker (restore or restart) since the last data point: nothing more to say."""
+        self.settled = False
+        """The state is the one ``saw_point`` leaves (most points follow points: nothing to do)."""
 
     def see(self, text: str, events: list[LogEvent], line_no: int, in_record: bool) -> ResumeMarker | None:
         """One line and what it gave; ``in_record``: a multi-line record is open (the data started)."""
@@ -232,17 +234,20 @@ class RestartDetector:
             self.saw_point()
         if any(isinstance(e, ResumeMarker) and e.kind == "restore" for e in events):
             self._marked = True
+            self.settled = False
 
     def saw_point(self) -> None:
+        if self.settled:
+            return
         self._data_seen, self._failed, self._marked = True, False, False
-        if self._back:
-            self._back.clear()
-        if self._recent:
-            self._recent.clear()
+        self._back.clear()
+        self._recent.clear()
+        self.settled = True
 
     def quiet(self, shape: str, failure: bool, in_record: bool) -> bool:
         """``see_shape`` of a line of this shape that surely gives no marker, done (the common case);
         False: call ``see_shape`` (nothing was changed that it would not change the same way)."""
+        self.settled = False
         if in_record:
             self._data_seen = True
         if self._marked:
@@ -254,6 +259,7 @@ class RestartDetector:
 
     def see_shape(self, shape: str, text: str, line_no: int, in_record: bool, failure: bool | None) -> ResumeMarker | None:
         """A line that gave no event, by its shape (``failure``: ``failure_line(text)`` when known)."""
+        self.settled = False
         if in_record:
             self._data_seen = True
         if self._marked:

@@ -59,11 +59,22 @@ from ckptctl.core.logtables import is_fence, is_markdown_row, table_header
 #: Longest line a template is made of (memory and compile time stay small).
 MAX_TEMPLATE_CHARS = 2048
 _MAX_TEMPLATES = 512
-_MAX_PER_SHAPE = 4
-_MAX_RECENT = 6
-_PREFIX = 12
+_MAX_PER_KEY = 4
+_MAX_FAILS = 3
 
-_DIGITS_OUT = str.maketrans("", "", "0123456789")
+_DIGITS = b"0123456789"
+_DIGIT_RUN_RE = re.compile(r"\d+")
+#: A hex word (an address, a communicator id): read by the general reader as no field whatever its digits.
+_HEX_RE = re.compile(r"(?:(?<=[\s=:(\[,])|^)0x[0-9a-fA-F]{1,16}(?=[\s,;)\]]|$)")
+_HEX_FORM = "0x[0-9a-fA-F]{1,16}"
+
+
+def line_key(line: str) -> bytes:
+    """The lookup key of a line: its text without digits (hex words as ``0x``); every line a
+    template matches has the template's key."""
+    if "0x" in line:
+        line = _HEX_RE.sub("0x", line)
+    return line.encode("utf-8", "surrogatepass").translate(None, _DIGITS)
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
 _TAG_RE = re.compile(r"\[([A-Za-z_]*?)(\d{1,9})\]:\s?")
 _ANY_NUM_RE = re.compile(r"(?=[-+.\dnNiI])(?:" + NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))")
@@ -146,14 +157,18 @@ def _literal(piece: str) -> str:
 
 
 class FastPath:
-    """The templates of one parser and the loop that reads lines by them."""
+    """The templates of one parser and the loop that reads lines by them.
+
+    A line's lookup key is its raw text without digits: every line a template matches has
+    its template's key (the template fixes every character but digits), so one ``translate``
+    and one dict lookup find the few templates (at most ``_MAX_PER_KEY``) to try.
+    """
 
     def __init__(self, parser: Parser) -> None:
         self.p = parser
-        self.by_prefix: dict[str, Template] = {}
-        self.recent: list[Template] = []
-        self.by_shape: dict[str, list[Template]] = {}
-        self.seen: set[str] = set()
+        self.by_key: dict[bytes, list[Template]] = {}
+        self.tries: dict[bytes, int] = {}
+        """Keys seen and how many of their lines made no template (a key's first line makes none)."""
         self.count = 0
         self.hits = 0
 
@@ -161,10 +176,12 @@ class FastPath:
 
     def feed(self, lines: Iterable[str], out: list[LogEvent]) -> None:
         p = self.p
-        by_prefix = self.by_prefix
+        by_key = self.by_key
         general = p.feed_general
+        restarts = p.restarts
+        digits = _DIGITS
         for line in lines:
-            if line.endswith("\n"):
+            if line[-1:] == "\n":
                 line = line.rstrip("\n")
             if not p.plain or len(line) > MAX_TEMPLATE_CHARS:
                 general(line, out)
@@ -172,113 +189,137 @@ class FastPath:
             if "\r" in line:
                 self._parts(line, out)
                 continue
-            if not line or line.isspace():
-                p.num_lines += 1
+            known = by_key.get(line.encode("utf-8", "surrogatepass").translate(None, digits) if "0x" not in line else line_key(line))
+            if known is None:
+                if not line or line.isspace():
+                    p.num_lines += 1
+                else:
+                    general(line, out)
                 continue
-            t = by_prefix.get(line[:_PREFIX])
-            m = t.regex.fullmatch(line) if t is not None else None
-            if t is None or m is None:
-                t, m = self._find(line)
-                if t is None or m is None:
+            for t in known:
+                m = t.regex.fullmatch(line)
+                if m is not None:
+                    break
+            else:
+                general(line, out)
+                continue
+            read = t.read
+            if read is not None:  # a record's template: the common case first
+                event = read(m.groups(), p.num_lines + 1, p)
+                if event:
+                    p.num_lines += 1
+                    out.append(event)
+                    if not restarts.settled:
+                        restarts.saw_point()
+                    self.hits += 1
+                    continue
+                if event is None:
                     general(line, out)
                     continue
-            p.num_lines += 1
-            if not self._run(t, m, line, p.num_lines, False, out):
-                p.num_lines -= 1
+            elif t.kind == GENERAL or (t.kind == METRICS and p.pending is not None):
                 general(line, out)
-            else:
-                self.hits += 1
-
-    def _find(self, part: str) -> tuple[Template | None, re.Match[str] | None]:
-        for t in self.recent:
-            m = t.regex.fullmatch(part)
-            if m is not None:
-                if len(self.by_prefix) >= 8 * _MAX_TEMPLATES:
-                    self.by_prefix.clear()
-                self.by_prefix[part[:_PREFIX]] = t
-                return t, m
-        return None, None
+                continue
+            p.num_lines += 1
+            self.hits += 1
+            self._nothing(t, line, p.num_lines, False, out)
 
     def _parts(self, line: str, out: list[LogEvent]) -> None:
         """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader does."""
         p = self.p
         p.num_lines += 1
         line_no = p.num_lines
-        for part in line.split("\r"):
+        by_key = self.by_key
+        restarts = p.restarts
+        parts = line.split("\r")
+        # (the keys of all parts at once: "\r" is one byte of UTF-8 and in no other character's bytes)
+        keys = line.encode("utf-8", "surrogatepass").translate(None, _DIGITS).split(b"\r") if "0x" not in line else map(line_key, parts)
+        for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
                 continue
-            if not p.plain:
-                p.feed_part(part, line_no, True, out)
-                continue
-            t = self.by_prefix.get(part[:_PREFIX])
-            m = t.regex.fullmatch(part) if t is not None else None
-            if m is None:
-                t, m = self._find(part)
-            if t is None or m is None or not self._run(t, m, part, line_no, True, out):
-                p.feed_part(part, line_no, True, out)
-            else:
-                self.hits += 1
+            if p.plain:
+                for t in by_key.get(key, ()):
+                    m = t.regex.fullmatch(part)
+                    if m is not None:
+                        break
+                else:
+                    t = None
+                if t is not None:
+                    read = t.read
+                    if read is not None:
+                        event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
+                        if event:
+                            out.append(event)
+                            if not restarts.settled:
+                                restarts.saw_point()
+                            self.hits += 1
+                            continue
+                        if event is False:
+                            self.hits += 1
+                            if len(p.unread_samples) < 3 and t.metric_like is not False:
+                                self._nothing(t, part, line_no, True, out)
+                            continue
+                    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+                        self.hits += 1
+                        if len(p.unread_samples) < 3 and t.metric_like is not False:
+                            self._nothing(t, part, line_no, True, out)
+                        continue
+            p.feed_part(part, line_no, True, out)
 
-    def _run(self, t: Template, m: re.Match[str], part: str, line_no: int, multi: bool, out: list[LogEvent]) -> bool:
-        """Read one part by its template; False: it must be read the general way (nothing changed)."""
+    def _nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
+        """A part its template reads as no event: what the general reader does then (a start-up
+        line back makes a restart marker; a few metric-like lines are kept for the error message)."""
         p = self.p
-        kind = t.kind
-        if kind in (RECORD, DICT):
-            assert t.read is not None
-            event = t.read(m.groups(), line_no, p)
-            if event is None:
-                return False
-            if event is not False:
-                out.append(event)
-                p.restarts.saw_point()
-                return True
-        elif kind == GENERAL or (kind == METRICS and p.pending is not None):
-            return False
-        # no event: a start-up line back, unread samples
         if not multi:
             r = p.restarts
             in_record = p.pending is not None
-            if not r.quiet(t.shape, t.failure, in_record):
+            shape = t.shape if t.shape is not None else line_shape(lt.clean_line(part)[0])
+            if not r.quiet(shape, t.failure, in_record):
                 text = lt.clean_line(part)[0]
-                restart = r.see_shape(t.shape, text, line_no, in_record, t.failure)
+                restart = r.see_shape(shape, text, line_no, in_record, t.failure)
                 if restart is not None:
                     out.extend(p.emit_pending())
                     out.append(restart)
-                    return True
+                    return
         if len(p.unread_samples) < 3 and t.metric_like is not False:
             text = lt.clean_line(part)[0]
             if t.metric_like or looks_like_metrics(text):
                 p.unread_samples.append(f"line {line_no}: {text[:80]!r}")
-        return True
 
     # -- learning --------------------------------------------------------------------------
 
-    def learn(self, part: str, text: str) -> None:
-        """A part the general reader just read: make its template when its shape comes back."""
+    def learn(self, part: str, text: str, gave_point: bool) -> None:
+        """A part the general reader just read: make its template when its key comes back (at once
+        for a line that gave a point: a record's line comes back)."""
         if not self.p.plain:
             return
-        shape = part.translate(_DIGITS_OUT)
-        if shape not in self.seen:
-            if len(self.seen) >= 8 * _MAX_TEMPLATES:
-                self.seen.clear()
-            self.seen.add(shape)
-            return
-        known = self.by_shape.get(shape, [])
-        if len(known) >= _MAX_PER_SHAPE or any(t.regex.fullmatch(part) for t in known):
-            return
+        key = line_key(part)
+        tries = self.tries.get(key)
+        if tries is None:
+            if len(self.tries) >= 8 * _MAX_TEMPLATES:
+                self.tries.clear()
+            self.tries[key] = 0
+            if not gave_point:
+                return
+            tries = 0
+        if tries >= _MAX_FAILS:
+            return  # a shape no template fits (an address with dots between its numbers)
+        known = self.by_key.get(key, [])
+        if any(t.regex.fullmatch(part) for t in known):
+            return  # (a line of a template that its recipe handed back)
         t = build(part, text, self.p)
         if t is None:
+            self.tries[key] = tries + 1
             return
         if self.count >= _MAX_TEMPLATES:
-            self.by_prefix.clear()
-            self.by_shape.clear()
-            self.recent.clear()
+            self.by_key.clear()
+            self.tries.clear()
             self.count = 0
         self.count += 1
-        self.by_shape.setdefault(shape, []).append(t)
-        self.by_prefix[part[:_PREFIX]] = t
-        self.recent.insert(0, t)
-        del self.recent[_MAX_RECENT:]
+        known.insert(0, t)
+        if len(known) > _MAX_PER_KEY:
+            known.pop()  # the oldest: a counter grew a digit where widths are kept exact
+            self.count -= 1
+        self.by_key[key] = known
 
 
 def build(part: str, text: str, p: Parser) -> Template | None:
@@ -313,14 +354,18 @@ def build(part: str, text: str, p: Parser) -> Template | None:
                 kind = NOTHING
             elif tokens.is_eval:
                 kind = GENERAL
-    regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py=kind == DICT)
+            elif all(k is None or k[0] not in lt.RECORD_KINDS for k in kinds):
+                kind = METRICS  # (a counter, no step, loss or epoch: nothing with no record open)
+    if kind in (NOTHING, METRICS) and doc is None and not is_markdown_row(text):
+        return _loose(part, text, kind)
+    regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
     if regex_text is None:
         return None
     try:
         regex = re.compile(regex_text)
     except re.error:
         return None
-    metric_like = looks_like_metrics(text) if len(text) < 400 else None
+    metric_like = looks_like_metrics(text) if len(text) + 16 * len(numbers.text) < 500 else None
     t = Template(regex, kind, line_shape(text), failure_line(text), metric_like)
     if kind == RECORD:
         assert tokens is not None
@@ -333,6 +378,31 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     return t
 
 
+def _loose(part: str, text: str, kind: int) -> Template | None:
+    """The template of a text line that gives nothing (with no record open) whatever its numbers.
+
+    Such a line's reading depends on its words, not on its numbers' values or widths: each digit
+    run is any run of up to 9 digits (a torchrun tag stays one), each hex word (``0x7f3a``) any
+    hex word. With hex words its shape (restart detection) is taken from each line.
+    """
+    out: list[str] = []
+    pos = 0
+    hexes = 0
+    for m in _HEX_RE.finditer(part):
+        out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos : m.start()])))
+        out.append(_HEX_FORM)
+        pos = m.end()
+        hexes += 1
+    out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos:])))
+    try:
+        regex = re.compile("".join(out))
+    except re.error:
+        return None
+    runs = len(_DIGIT_RUN_RE.findall(part))
+    metric_like = looks_like_metrics(text) if not hexes and len(text) + 9 * runs < 500 else None
+    return Template(regex, kind, line_shape(text) if not hexes else None, failure_line(text), metric_like)
+
+
 def _pattern(
     part: str,
     text: str,
@@ -341,7 +411,7 @@ def _pattern(
     stamp: tuple[float, int, int] | None,
     body: str,
     *,
-    py: bool,
+    py_from: int,
 ) -> tuple[str | None, Numbers]:
     """The regex of ``part``: its own characters, each number (of ``body``), tag number and the
     timestamp a group; and where each number's group is."""
@@ -356,21 +426,37 @@ def _pattern(
     pieces_ok = _pieces_ok(body, spans)
     if not pieces_ok:
         return None, nums
-    exact_head = stamp is not None or _DATEISH_RE.search(text[:_FIXED_HEAD]) is not None
-    # raw spans to replace: (raw start, raw end, regex, capturing, body start or marker)
+    # Numbers keep their exact width where a width could change what ``timestamp_s`` finds:
+    # before the end of a timestamp of the first form (tried first), within the head for the
+    # other form or for a date-like run that is no timestamp.
+    found = lt.timestamp_match(text)
+    if (stamp is None) != (found is None):
+        return None, nums  # a timestamp's shape with values no date has (month 45): others may have one
+    if found is not None and found[0] == 0:
+        exact_before = stamp[2] if stamp is not None else 0
+    else:
+        exact_before = _FIXED_HEAD if found is not None or _DATEISH_RE.search(text[:_FIXED_HEAD]) else 0
+    # raw spans to replace: (raw start, raw end, regex, what: a body start or a marker)
     subs: list[tuple[int, int, str, int]] = []
     for a, b in tag_digits:
         subs.append((a, b, r"\d{1,9}", -2 if not subs else -3))
-    if stamp is not None:
-        s_raw, e_raw = _raw_span(index, stamp[1], stamp[2])
-        if s_raw < 0:
-            return None, nums
-        subs.append((s_raw, e_raw, re.escape(re.sub(r"\d", "0", text[stamp[1] : stamp[2]])).replace("0", r"\d"), -4))
+    if found is not None:
+        stamp_form, sm = found
+        nums.stamp_form = stamp_form
+        parts = [(sm.start(), sm.end("mi"), -4), (sm.start("s"), sm.end("s"), -5)]
+        if sm.group("f") if stamp_form == 0 else None:
+            parts.append((sm.start("f"), sm.end("f"), -6))
+            nums.stamp_frac_digits = len(sm.group("f"))
+        for a, b, what in parts:
+            s_raw, e_raw = _raw_span(index, a, b)
+            if s_raw < 0:
+                return None, nums
+            subs.append((s_raw, e_raw, re.escape(re.sub(r"\d", "0", text[a:b])).replace("0", r"\d"), what))
     for a, b, num in spans:
         ta, tb = to_text(a), to_text(b)
         if stamp is not None and a == stamp[1]:
             return None, nums  # a number where the stamp's blank is
-        form = _form(num, exact=exact_head and ta < _FIXED_HEAD, py=py)
+        form = _form(num, exact=ta < exact_before, py=0 <= py_from < a)
         if form is None:
             return None, nums
         ra, rb = _raw_span(index, ta, tb)
@@ -384,22 +470,21 @@ def _pattern(
     for group, (ra, rb, form, what) in enumerate(subs):
         if ra < pos:
             return None, nums
-        piece = part[pos:ra]
-        if any(c.isdigit() for c in piece):
-            return None, nums  # digits no number took (a version 2.5.1)
-        out.append(_literal(piece))
+        # (the text's digits are all in groups, ``_pieces_ok``: digits left here are in ANSI codes)
+        out.append(_literal(part[pos:ra]))
         out.append("(" + form + ")")
         if what >= 0:
             nums.group[what] = group
         elif what == -2:
             nums.tag = group
         elif what == -4:
-            nums.stamp = group
+            nums.stamp_minute = group
+        elif what == -5:
+            nums.stamp_sec = group
+        elif what == -6:
+            nums.stamp_frac = group
         pos = rb
-    tail = part[pos:]
-    if any(c.isdigit() for c in tail):
-        return None, nums
-    out.append(_literal(tail))
+    out.append(_literal(part[pos:]))
     return "".join(out), nums
 
 

@@ -56,12 +56,11 @@ class Parser(Protocol):
     in_eval: bool
     last_bar_step: int | None
     epoch_ctx: int | None
-    fast_stamp: tuple[str, float | None]
+    fast_stamp: tuple[str, int]
     restarts: RestartDetector
     unread_samples: list[str]
 
-    @property
-    def plain(self) -> bool: ...
+    plain: bool
     @property
     def requested_generic(self) -> bool: ...
     @property
@@ -77,10 +76,11 @@ class Template:
 
     __slots__ = ("failure", "kind", "metric_like", "read", "regex", "shape", "source")
 
-    def __init__(self, regex: re.Pattern[str], kind: int, shape: str, failure: bool, metric_like: bool | None) -> None:
+    def __init__(self, regex: re.Pattern[str], kind: int, shape: str | None, failure: bool, metric_like: bool | None) -> None:
         self.regex = regex
         self.kind = kind
         self.shape = shape
+        """The lines' shape (``logevents.line_shape``); None: each line's own (hex words vary it)."""
         self.failure = failure
         self.metric_like = metric_like
         self.read: Callable[..., Any] | None = None
@@ -98,8 +98,13 @@ class Numbers:
         self.text: dict[int, str] = {}
         self.tag: int = -1
         """Group of the first torchrun tag's number (the rank), -1: none."""
-        self.stamp: int = -1
-        """Group of the whole timestamp, -1: none."""
+        self.stamp_minute: int = -1
+        """Group of the timestamp up to its minute, -1: none."""
+        self.stamp_form = 0
+        """Its form (``logtokens.timestamp_match``)."""
+        self.stamp_sec: int = -1
+        self.stamp_frac: int = -1
+        self.stamp_frac_digits = 0
 
 
 # -- recipes -----------------------------------------------------------------------------------
@@ -138,10 +143,10 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
             return False
         cgroups = (nums.group[n_at], nums.group[t_at] if t_at >= 0 else -1, nums.group[outer_at] if outer_at >= 0 else -1)
     convs = [_conv(nums.text[a]) for _f, a, _b in found]
-    fmt = "generic" if p.requested_generic else dialect(text)
+    fmt = dialect(text)
     relative = RELATIVE_RE.search(text) is not None
     source = _codegen(plan, groups, totals, convs, cgroups, nums, dict_style=None)
-    return _compile(t, source, fmt, relative)
+    return _compile(t, source, fmt, p.point_fmt(fmt), relative)
 
 
 def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: Numbers, p: Parser) -> bool:
@@ -164,28 +169,30 @@ def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: N
     convs = [_conv(nums.text[a]) for a in starts]
     keys_ok = style != "hf" or bool({"epoch", "learning_rate", "grad_norm"} & set(d))
     source = _codegen(plan, groups, [-1] * len(groups), convs, None, nums, dict_style=(style, keys_ok))
-    return _compile(t, source, "generic" if p.requested_generic else style, False)
+    return _compile(t, source, style, p.point_fmt(style), False)
 
 
 def _fc(s: str) -> float:
     return float(s.replace(",", ""))
 
 
-def _compile(t: Template, source: str, fmt: str, relative: bool) -> bool:
+def _compile(t: Template, source: str | None, fmt: str, point_fmt: str, relative: bool) -> bool:
+    if source is None:
+        return False
     namespace: dict[str, Any] = {
-        "_f": float, "_fc": _fc, "_new": tuple.__new__, "_LP": LossPoint, "_nan": float("nan"),
-        "_stamp": lt.timestamp_s, "_fmt": fmt, "_shape": t.shape[: SHAPE_CHARS], "_relative": relative,
-        "_STEP": STEP_AXIS, "_EPOCH": EPOCH_AXIS, "_EPOCH_BATCH": EPOCH_BATCH_AXIS, "_finite": _finite,
+        "_f": float, "_fc": _fc, "_new": tuple.__new__, "_LP": LossPoint, "_INFS": (float("inf"), float("-inf")),
+        "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": point_fmt, "_shape": (t.shape or "")[:SHAPE_CHARS],
+        "_relative": relative, "_STEP": STEP_AXIS, "_EPOCH": EPOCH_AXIS, "_EPOCH_BATCH": EPOCH_BATCH_AXIS,
     }  # fmt: skip
     code = compile(source, "<ckptctl.logfast template>", "exec")
-    exec(code, namespace)
+    exec(code, namespace)  # our own code: group indices and our metric names, no text from the log
     t.read = namespace["read"]
     t.source = source
     return True
 
 
-def _finite(v: float) -> bool:
-    return v == v and v not in (float("inf"), float("-inf"))
+#: A value that is a count (a step, a rank): finite, non-negative, whole, exact in a float.
+_COUNT = "v == v and 0 <= v < 9007199254740992 and v == int(v)"
 
 
 def _codegen(
@@ -197,96 +204,121 @@ def _codegen(
     nums: Numbers,
     *,
     dict_style: tuple[str, bool] | None,
-) -> str:
+) -> str | None:
     """Python source of ``read(g, line_no, P)``: the point of a matched line, False (read: no event)
-    or None (read it the general way). Mirrors ``Parser.record`` and ``accept``."""
-    L = ["def read(g, line_no, P):", "    if P.pending is not None:", "        return None"]
+    or None (read it the general way); None when every line of the template goes the general way.
+
+    Mirrors ``apply`` (``logplan``), ``LossLogParser.record`` and ``accept`` with what the plan
+    fixes folded in: only the fields the line has are read, in the plan's order.
+    """
+    if plan.loss < 0 or (plan.saw_eval and plan.loss_rank > 1):
+        return None  # no loss (a record's header line) or an evaluation record: the general reader
+    L = ["def read(g, line_no, P):", "    if P.pending is not None: return None"]
 
     def val(i: int) -> str:
         return f"{convs[i]}(g[{groups[i]}])"
 
     # the step: the first candidate whose value is a count
     L.append("    step = None")
+    indent = "    "
     for i in plan.steps:
-        L.append("    if step is None:")
-        L.append(f"        v = {val(i)}")
-        L.append("        if v == v and 0 <= v < 9007199254740992 and v == int(v):")
-        L.append("            step = int(v)")
-    L.append(f"    loss = {val(plan.loss)}" if plan.loss >= 0 else "    loss = None")
-    L += ["    epoch = None", "    epoch_total = None", "    rank = None", "    wall = None", "    nan_count = 0.0", "    metrics = {}"]
+        L += [f"{indent}v = {val(i)}", f"{indent}if {_COUNT}: step = int(v)"]
+        if i != plan.steps[-1]:
+            L.append(f"{indent}else:")
+            indent += "    "
+    L.append(f"    loss = {val(plan.loss)}")
+    ops = [op for op, _i, _k in plan.ops]
+    has_epoch = OP_EPOCH in ops
+    has_rank = OP_RANK in ops
+    has_wall = any(op in (OP_SEC, OP_SEC_MS, OP_WALL, OP_DICT_WALL, OP_DICT_SEC) for op in ops)
+    has_nan = OP_NAN_COUNT in ops
+    L += ["    metrics = {}"]
+    if has_epoch:
+        L += ["    epoch = None", "    epoch_total = None"]
+    if has_rank:
+        L.append("    rank = None")
+    if has_wall:
+        L.append("    wall = None")
+    sure: set[str] = set()
     for op, i, kind in plan.ops:
         if op == OP_METRIC:
-            L.append(f"    if {kind!r} not in metrics: metrics[{kind!r}] = {val(i)}")
-        elif op in (OP_SEC, OP_SEC_MS):
-            L.append(f"    v = {val(i)}")
-            L.append("    if v > 1e8: wall = v")
+            if kind not in sure:
+                L.append(f"    metrics[{kind!r}] = {val(i)}")
+                sure.add(kind)  # (only the first of a kind counts: ``setdefault``)
+        elif op in (OP_SEC, OP_SEC_MS, OP_DICT_SEC):
             scaled = "v / 1000" if op == OP_SEC_MS else "v"
-            L.append(f"    elif {kind!r} not in metrics: metrics[{kind!r}] = {scaled}")
+            L += [f"    v = {val(i)}", "    if v > 1e8: wall = v"]
+            if kind not in sure:
+                L.append(f"    elif {kind!r} not in metrics: metrics[{kind!r}] = {scaled}")
         elif op == OP_EPOCH:
             total = f"_fc(g[{totals[i]}])" if totals[i] >= 0 else "None"
             L.append(f"    epoch = {val(i)}; epoch_total = {total}")
         elif op == OP_RANK:
-            L.append(f"    v = {val(i)}")
-            L.append("    rank = int(v) if v == v and 0 <= v < 9007199254740992 and v == int(v) else None")
+            L += [f"    v = {val(i)}", f"    rank = int(v) if {_COUNT} else None"]
         elif op == OP_WALL:
-            L.append(f"    v = {val(i)}")
-            L.append("    wall = v if v > 1e8 else None")
+            L += [f"    v = {val(i)}", "    wall = v if v > 1e8 else None"]
         elif op == OP_DICT_WALL:
-            L.append(f"    v = {val(i)}")
-            L.append("    if v > 1e8: wall = v")
-        elif op == OP_DICT_SEC:
-            L.append(f"    v = {val(i)}")
-            L.append("    if v > 1e8: wall = v")
-            L.append(f"    elif {kind!r} not in metrics: metrics[{kind!r}] = v")
+            L += [f"    v = {val(i)}", "    if v > 1e8: wall = v"]
         elif op == OP_NAN_COUNT:
             L.append(f"    nan_count = {val(i)}")
-    if nums.stamp >= 0:
+    wall = "wall" if has_wall else "None"
+    if nums.stamp_minute >= 0:
+        frac = f" + int(g[{nums.stamp_frac}]) / {10**nums.stamp_frac_digits}" if nums.stamp_frac >= 0 else " + 0.0"
         L += [
-            f"    s = g[{nums.stamp}]",
-            "    if s == P.fast_stamp[0]: sw = P.fast_stamp[1]",
+            f"    a = g[{nums.stamp_minute}]",
+            "    fs = P.fast_stamp",
+            "    if a == fs[0]: base = fs[1]",
             "    else:",
-            "        st = _stamp(s)",
-            "        if st is None: return None",
-            "        sw = st[0]; P.fast_stamp = (s, sw)",
+            f"        base = _minute({nums.stamp_form}, a)",
+            "        if base is None: return None",
+            "        P.fast_stamp = (a, base)",
         ]
-    else:
-        L.append("    sw = None")
-    tag = f"int(g[{nums.tag}])" if nums.tag >= 0 else "None"
+        if has_wall:
+            L.append(f"    if wall is None: wall = base + int(g[{nums.stamp_sec}]){frac}")
+        else:
+            L.append(f"    wall = base + int(g[{nums.stamp_sec}]){frac}")
+            wall = "wall"
+    rank = "rank" if has_rank else "None"
+    if nums.tag >= 0:
+        L.append(f"    if rank is None: rank = int(g[{nums.tag}])" if has_rank else f"    rank = int(g[{nums.tag}])")
+        rank = "rank"
+    epoch = "epoch" if has_epoch else "None"
     if dict_style is not None:
         style, keys_ok = dict_style
-        L.append("    if loss is None: return False")
-        if style == "jsonl":
-            L.append("    if step is None: return False")
-        if style == "hf" and not keys_ok:
+        if style == "jsonl" or not keys_ok:
             L.append("    if step is None: return False")
         L += [
-            "    if wall is None: wall = sw",
-            f"    if rank is None: rank = {tag}",
-            "    if step is not None:",
-            "        P.in_eval = False",
+            "    if step is not None: P.in_eval = False",
             "    if P.locked != _fmt and not P.lock(_fmt): return False",
-            "    return _new(_LP, (step, loss, line_no, P.point_fmt(_fmt), rank, epoch, False, metrics, wall, _STEP, None, '', False))",
+            f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, False, metrics, {wall}, _STEP, None, '', False))",
         ]
         return "\n".join(L) + "\n"
-    # Parser.record: the rules that need more than the keys
-    if plan.saw_eval:
-        L.append("    if loss is None or " + str(plan.loss_rank) + " > 1: return None")
-    L.append("    if nan_count > 0: return None")  # (rare: the general reader says it)
-    L += [
-        "    if epoch is not None and not (epoch == epoch and 0 <= epoch < 9007199254740992 and epoch == int(epoch)):",
-        "        epoch = epoch if _finite(epoch) else None",
-        "    whole = epoch is not None and epoch == int(epoch) and epoch >= 0 and _finite(epoch)",
-        "    if loss is None: return None",  # a header without a loss: the general reader opens the record
-        "    axis = _STEP; epoch_len = None; from_bar = False",
-    ]
+    # LossLogParser.record: the rules that need more than the keys
+    if has_nan:
+        L.append("    if nan_count > 0: return None")  # (rare: the general reader says it)
+    if has_epoch:
+        L += [
+            "    if epoch is not None and (epoch != epoch or epoch in _INFS): epoch = None",
+            "    whole = epoch is not None and 0 <= epoch < 9007199254740992 and epoch == int(epoch)",
+        ]
+    else:
+        L.append("    whole = False")
+    L.append("    axis = _STEP; epoch_len = None")
+    redraw = "False"
     if counter is not None:
         n_g, t_g, outer_g = counter
+        if not has_epoch:
+            L.append("    epoch = None")
         L += [
+            "    from_bar = False",
             "    if step is None:",
             f"        n = int(g[{n_g}])",
             f"        t = int(g[{t_g}])" if t_g >= 0 else "        t = 0",
-            "        if n > t and " + ("True" if t_g >= 0 else "False") + ": return None",
-            f"        outer = int(g[{outer_g}]) if n <= t else None" if outer_g >= 0 else "        outer = None",
+        ]
+        if t_g >= 0:
+            L.append("        if n > t: return None")
+        L += [
+            f"        outer = int(g[{outer_g}])" if outer_g >= 0 else "        outer = None",
             "        e = int(epoch) if whole else outer if outer is not None else P.epoch_ctx",
             "        if e is not None:",
             "            step = e * t + n if t else n",
@@ -296,18 +328,19 @@ def _codegen(
             "            step = n",
             "        from_bar = True",
         ]
-    L += [
-        "    if step is None and whole:",
-        "        step = int(epoch); axis = _EPOCH",
-        "    if step is None: return None",
-        "    if wall is None: wall = sw",
-        f"    if rank is None: rank = {tag}",
-        "    P.in_eval = False",
-        "    if P.locked != _fmt and not P.lock(_fmt): return False",
-        "    redraw = False",
-        "    if from_bar:",
-        "        redraw = step == P.last_bar_step",
-        "        P.last_bar_step = step",
-        "    return _new(_LP, (step, loss, line_no, P.point_fmt(_fmt), rank, epoch, redraw, metrics, wall, axis, epoch_len, _shape, _relative))",
-    ]
+        epoch = "epoch"
+        redraw = "redraw"
+    if has_epoch:
+        L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
+    L += ["    if step is None: return None", "    P.in_eval = False", "    if P.locked != _fmt and not P.lock(_fmt): return False"]
+    if counter is not None:
+        L += [
+            "    redraw = False",
+            "    if from_bar:",
+            "        redraw = step == P.last_bar_step",
+            "        P.last_bar_step = step",
+        ]
+    L.append(
+        f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, {redraw}, metrics, {wall}, axis, epoch_len, _shape, _relative))"
+    )
     return "\n".join(L) + "\n"

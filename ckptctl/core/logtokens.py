@@ -431,21 +431,44 @@ def _minute_s(year: int, month: int, day: int, hour: int, minute: int) -> int:
     return calendar.timegm((year, month, day, hour, minute, 0, 0, 0, 0))
 
 
-def timestamp_s(text: str) -> tuple[float, int, int] | None:
-    """(seconds, start, end) of a timestamp near the line's start (UTC calendar arithmetic; no clock)."""
+def timestamp_match(text: str) -> tuple[int, re.Match[str]] | None:
+    """The timestamp near the line's start as (its form: index in ``_TIMESTAMP_RES``, match), else None."""
     head = text[:64]
     if _ANY_TIMESTAMP_RE.search(head) is None:
         return None  # the common case: one scan, not one per shape
     for i, regex in enumerate(_TIMESTAMP_RES):
         m = regex.search(head)
-        if m is None:
-            continue
-        g = m.groupdict()
-        year = int(g["y"]) if i == 0 else 2001  # detectron2 prints no year
-        try:
-            base = _minute_s(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"])) + int(g["s"])
-        except (ValueError, OverflowError):
-            return None
-        frac = g.get("f")
-        return base + (int(frac) / 10 ** len(frac) if frac else 0.0), m.start(), m.end()
+        if m is not None:
+            return i, m
     return None
+
+
+def timestamp_s(text: str) -> tuple[float, int, int] | None:
+    """(seconds, start, end) of a timestamp near the line's start (UTC calendar arithmetic; no clock)."""
+    found = timestamp_match(text)
+    if found is None:
+        return None
+    form, m = found
+    g = m.groupdict()
+    base = stamp_minute_s(form, m.group(0)[: m.end("mi") - m.start()])
+    if base is None:
+        return None
+    frac = g.get("f")
+    return base + int(g["s"]) + (int(frac) / 10 ** len(frac) if frac else 0.0), m.start(), m.end()
+
+
+#: The part of each timestamp form up to its minute (``stamp_minute_s``).
+_MINUTE_RES = tuple(re.compile(r.pattern.split(":(?P<s>")[0]) for r in _TIMESTAMP_RES)
+
+
+def stamp_minute_s(form: int, text: str) -> int | None:
+    """Seconds of a timestamp of ``form`` up to its minute (``text``: that part of it), else None."""
+    m = _MINUTE_RES[form].fullmatch(text)
+    if m is None:
+        return None
+    g = m.groupdict()
+    year = int(g["y"]) if form == 0 else 2001  # detectron2 prints no year
+    try:
+        return _minute_s(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"]))
+    except (ValueError, OverflowError):
+        return None

@@ -152,6 +152,9 @@ class LossLogParser:
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
         self.markdown = False
+        self.plain = True
+        """No table, CSV or Markdown state yet: a line reads the same whatever came before (the fast
+        path is on; these states are never left once entered)."""
         """A Markdown code fence was seen: lines outside fences are prose (only tables and restore lines count)."""
         self._in_fence = False
         self.epoch_ctx: int | None = None
@@ -165,8 +168,8 @@ class LossLogParser:
         """Lines cut at ``MAX_LINE_CHARS``."""
         self.unread_samples: list[str] = []
         """A few lines that looked like metrics but gave no loss (for the error message)."""
-        self.fast_stamp: tuple[str, float | None] = ("", None)
-        """The last timestamp text the fast path read and its seconds (most lines repeat it)."""
+        self.fast_stamp: tuple[str, int] = ("", 0)
+        """The last timestamp's part up to its minute the fast path read, and its seconds (most lines repeat it)."""
         self._fast = FastPath(self) if fast and pattern is None else None
 
     @property
@@ -188,11 +191,6 @@ class LossLogParser:
     def point_fmt(self, fmt: str) -> str:
         """The ``fmt`` a point of a record of format ``fmt`` carries."""
         return self._requested if self._requested == "generic" else fmt
-
-    @property
-    def plain(self) -> bool:
-        """No table, CSV or Markdown state: a line reads the same whatever came before (fast path on)."""
-        return self.csv is None and self.columns is None and not self.markdown
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -244,7 +242,7 @@ class LossLogParser:
         if not found and len(self.unread_samples) < 3 and looks_like_metrics(text):
             self.unread_samples.append(f"line {line_no}: {text[:80]!r}")
         if self._fast is not None and len(part) <= MAX_TEMPLATE_CHARS:
-            self._fast.learn(part, text)
+            self._fast.learn(part, text, any(isinstance(e, LossPoint) for e in found))
 
     def flush(self) -> list[LogEvent]:
         """The record still being assembled, if it has a loss (end of input)."""
@@ -267,7 +265,7 @@ class LossLogParser:
             self.locked = PATTERN
             return [self._point(rec, redraw=False)]
         if is_fence(text):
-            self.markdown, self._in_fence = True, not self._in_fence
+            self.markdown, self._in_fence, self.plain = True, not self._in_fence, False
             return []
         prose = self.markdown and not self._in_fence and not is_markdown_row(text)
         # a CSV row counts under a header, and a header names a step column (every step key has one of these)
@@ -343,7 +341,7 @@ class LossLogParser:
             header = table_header(body)
             if header is not None:
                 # a column header (words only, a step and a loss among them), again at each launch
-                self.columns, self._columns_md = header, markdown
+                self.columns, self._columns_md, self.plain = header, markdown, False
                 return self.emit_pending()
         if self.columns is not None:
             fields = table_row(body, self.columns, markdown=self._columns_md)
@@ -472,7 +470,7 @@ class LossLogParser:
         if header is not None:
             # A new header (CSVLogger rewrites the file when metrics are added, and a
             # resumed run may append a fresh one) replaces the old column map.
-            self.csv = header
+            self.csv, self.plain = header, False
             return Record()
         h = self.csv
         if h is None or len(row) != h.num_cols:
