@@ -350,9 +350,9 @@ def build(part: str, text: str, p: Parser) -> Template | None:
             kinds = lt.meanings(tokens)
             if lt.is_metrics_only(tokens, kinds):
                 kind = METRICS
-            elif tokens.counter is None and not any(kinds) and lt.counter_spans(body) is None:
+            elif tokens.counter is None and not any(kinds) and lt.counter_spans(body, lt.taken_starts(lt.fields_with_positions(body))) is None:
                 kind = NOTHING
-            elif tokens.is_eval:
+            elif lt.is_eval_line(tokens, kinds):
                 kind = GENERAL
             elif all(k is None or k[0] not in lt.RECORD_KINDS for k in kinds):
                 kind = METRICS  # (a counter, no step, loss or epoch: nothing with no record open)

@@ -47,6 +47,8 @@ class Record:
     epoch_len: int | None = None
     shape: str = ""
     relative: bool = False
+    weak: bool = False
+    """The line carries an evaluation along (``LossLogParser.lock``)."""
 
     def merge(self, other: Record) -> None:
         """Add a later line of the same record (its loss only if better ranked)."""

@@ -68,7 +68,9 @@ class Parser(Protocol):
     def feed_general(self, line: str, events: list[LogEvent]) -> None: ...
     def feed_part(self, part: str, line_no: int, multi: bool, events: list[LogEvent]) -> None: ...
     def emit_pending(self) -> list[LogEvent]: ...
-    def lock(self, fmt: str) -> bool: ...
+    weak_lock: bool
+
+    def lock(self, fmt: str, weak: bool = False) -> bool: ...
     def point_fmt(self, fmt: str) -> str: ...
 
 class Template:
@@ -133,7 +135,7 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
         totals.append(nums.group[b] if b >= 0 else -1)
     kinds = lt.meanings(tokens)
     plan = plan_for(kinds, tuple((f.key, f.unit) for f in tokens.fields))
-    counter = lt.counter_spans(body)
+    counter = lt.counter_spans(body, lt.taken_starts(found))
     if (counter is None) != (tokens.counter is None):
         return False
     cgroups: tuple[int, int, int] | None = None
@@ -145,7 +147,7 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
     convs = [_conv(nums.text[a]) for _f, a, _b in found]
     fmt = dialect(text)
     relative = RELATIVE_RE.search(text) is not None
-    source = _codegen(plan, groups, totals, convs, cgroups, nums, dict_style=None)
+    source = _codegen(plan, groups, totals, convs, cgroups, nums, dict_style=None, weak=tokens.is_eval)
     return _compile(t, source, fmt, p.point_fmt(fmt), relative)
 
 
@@ -204,6 +206,7 @@ def _codegen(
     nums: Numbers,
     *,
     dict_style: tuple[str, bool] | None,
+    weak: bool = False,
 ) -> str | None:
     """Python source of ``read(g, line_no, P)``: the point of a matched line, False (read: no event)
     or None (read it the general way); None when every line of the template goes the general way.
@@ -289,7 +292,7 @@ def _codegen(
             L.append("    if step is None: return False")
         L += [
             "    if step is not None: P.in_eval = False",
-            "    if P.locked != _fmt and not P.lock(_fmt): return False",
+            "    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False",
             f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, False, metrics, {wall}, _STEP, None, '', False))",
         ]
         return "\n".join(L) + "\n"
@@ -332,7 +335,11 @@ def _codegen(
         redraw = "redraw"
     if has_epoch:
         L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
-    L += ["    if step is None: return None", "    P.in_eval = False", "    if P.locked != _fmt and not P.lock(_fmt): return False"]
+    L += ["    if step is None: return None", "    P.in_eval = False"]
+    if weak:
+        L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")
+    else:
+        L.append("    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False")
     if counter is not None:
         L += [
             "    redraw = False",

@@ -32,12 +32,28 @@ from ckptctl.core.logkeys import (
     STEP,
     classify_key,
     is_meaningless,
+    key_words,
 )
 
 __all__ = [
-    "MAX_LINE_CHARS", "Field", "Tokens", "clean_line", "counter_spans", "dict_fields",
-    "fields_with_positions", "is_count", "is_metrics_only", "meanings", "parse_float", "parse_int", "read_dict",
-    "timestamp_s", "tokenize", "tokenize_meaningful",
+    "MAX_LINE_CHARS",
+    "Field",
+    "Tokens",
+    "clean_line",
+    "counter_spans",
+    "dict_fields",
+    "fields_with_positions",
+    "is_count",
+    "is_eval_line",
+    "is_metrics_only",
+    "meanings",
+    "parse_float",
+    "parse_int",
+    "read_dict",
+    "taken_starts",
+    "timestamp_s",
+    "tokenize",
+    "tokenize_meaningful",
 ]  # fmt: skip
 
 #: Longest line read; the rest of a longer line is ignored (a 200 MB line cannot cost more).
@@ -277,7 +293,7 @@ def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
     is_eval = not EVAL_LINE_WORDS.isdisjoint(all_words)
     if is_eval and EVAL_NO_VALUE_RE.search(text) is not None:
         is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(EVAL_NO_VALUE_RE.sub(" ", text).lower()))
-    counter, outer = _counter(text)
+    counter, outer = _counter(text, taken_starts(found))
     return Tokens(tuple(f for f, _, _ in found), counter, is_eval, num_numbers if not found else -1, outer)
 
 
@@ -303,15 +319,37 @@ def is_metrics_only(tokens: Tokens, kinds: tuple[tuple[str, int] | None, ...] | 
     return all(m is None or m[0] not in RECORD_KINDS for m in kinds) and any(kinds)
 
 
-def counter_of(text: str) -> tuple[int, int] | None:
-    """The first bare ``N/T`` of a line (``N/?``: an unknown total, 0)."""
-    return _counter(text)[0]
+#: Words of a loss key that name it the training loss ("train loss", "loss (train)").
+_TRAIN_WORDS = frozenset({"train", "training"})
 
 
-def counter_spans(text: str) -> tuple[int, int, int] | None:
+def is_eval_line(tokens: Tokens, kinds: tuple[tuple[str, int] | None, ...]) -> bool:
+    """A line of an evaluation: a word of it names one, and no field is a loss its key calls the
+    training one ("Epoch 3 | train loss 1.97 | val loss 2.11" is a training record that carries
+    the evaluation along; fairseq's "| valid | ... | loss 5.2" is an evaluation)."""
+    if not tokens.is_eval:
+        return False
+    return not any(
+        m is not None and m[0] == LOSS and not _TRAIN_WORDS.isdisjoint(key_words(f.key))
+        for f, m in zip(tokens.fields, kinds, strict=True)
+    )
+
+
+def _counter_match(text: str, taken: frozenset[int]) -> re.Match[str] | None:
+    """The first ``N/T`` whose ``N`` is no field's number or total (``Epoch 1/90`` is the epoch's)."""
+    if "/" not in text:
+        return None
+    for c in _COUNTER_RE.finditer(text):
+        if c.start("n" if c.group("n") is not None else "bn") not in taken:
+            return c
+    return None
+
+
+def counter_spans(text: str, taken: frozenset[int] = frozenset()) -> tuple[int, int, int] | None:
     """Where the counter ``_counter`` reads is: the starts of its ``N``, ``T`` and outer number
-    (-1: none; ``N/?`` has no ``T``), whatever the values; None when the line has none."""
-    c = _COUNTER_RE.search(text) if "/" in text else None
+    (-1: none; ``N/?`` has no ``T``), whatever the values; None when the line has none.
+    ``taken``: the starts of the fields' numbers and totals (``fields_with_positions``)."""
+    c = _counter_match(text, taken)
     if c is None:
         return None
     if c.group("n") is not None:
@@ -319,8 +357,13 @@ def counter_spans(text: str) -> tuple[int, int, int] | None:
     return c.start("bn"), c.start("bt"), (c.start("outer") if c.group("outer") is not None else -1)
 
 
-def _counter(text: str) -> tuple[tuple[int, int] | None, int | None]:
-    c = _COUNTER_RE.search(text) if "/" in text else None
+def taken_starts(found: list[tuple[Field, int, int]]) -> frozenset[int]:
+    """The starts of the numbers and totals of fields (``fields_with_positions``)."""
+    return frozenset(x for _f, a, b in found for x in (a, b) if x >= 0)
+
+
+def _counter(text: str, taken: frozenset[int]) -> tuple[tuple[int, int] | None, int | None]:
+    c = _counter_match(text, taken)
     if c is None:
         return None, None
     if c.group("n") is not None:

@@ -148,6 +148,8 @@ class LossLogParser:
                 raise ValueError(f"unknown log format {fmt!r}; expected auto or one of {FORMATS}")
         self._requested = fmt
         self.locked: str | None = None if fmt in (AUTO, "generic") else fmt
+        self.weak_lock = False
+        """The format was locked by records that carry an evaluation along (``lock``)."""
         self.csv: CsvHeader | None = None
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
@@ -315,7 +317,7 @@ class LossLogParser:
             return []  # a progress bar's it/s, a memory line: nothing to add them to
         if tokens.counter is None and not any(kinds):
             return []
-        if tokens.is_eval:
+        if lt.is_eval_line(tokens, kinds):
             self.in_eval = True
             return self.emit_pending()
         keys = tuple((f.key, f.unit) for f in tokens.fields)
@@ -325,6 +327,7 @@ class LossLogParser:
             return []
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = line_shape(text)[:SHAPE_CHARS]
+        rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
         rec.relative = RELATIVE_RE.search(text) is not None
         if rec.step is not None or rec.epoch is not None:
             # only a record with a position keeps its format (a line without one merges or is dropped)
@@ -420,7 +423,7 @@ class LossLogParser:
             return out
         if rec.loss is None:
             return out
-        if not self.lock(rec.fmt):
+        if not self.lock(rec.fmt, rec.weak):
             return out
         redraw = False
         if rec.from_bar:
@@ -429,17 +432,24 @@ class LossLogParser:
         out.append(self._point(rec, redraw=redraw))
         return out
 
-    def lock(self, fmt: str) -> bool:
+    def lock(self, fmt: str, weak: bool = False) -> bool:
+        """Whether a record of format ``fmt`` counts: auto-detection locks onto the first format
+        that gave a point. A ``weak`` record (a line that carries an evaluation along) locks only
+        until a plain record of another format comes (then that one's lines count, not these)."""
         if self._requested == "generic":
             self.locked = "generic"
             return fmt not in ("hf", "jsonl", "lightning-csv")
-        if self.locked is None:
-            self.locked = fmt
-        return self.locked == fmt
+        if self.locked is None or (self.weak_lock and not weak and self.locked != fmt):
+            self.locked, self.weak_lock = fmt, weak
+            return True
+        if self.locked == fmt:
+            self.weak_lock = self.weak_lock and weak
+            return True
+        return False
 
     def emit_pending(self) -> list[LogEvent]:
         rec, self.pending = self.pending, None
-        if rec is None or rec.loss is None or not self.lock(rec.fmt):
+        if rec is None or rec.loss is None or not self.lock(rec.fmt, rec.weak):
             return []
         return [self._point(rec, redraw=False)]
 

@@ -87,6 +87,7 @@ from dataclasses import replace
 from typing import Any
 
 from ckptctl.core.losslog import LogEvent
+from ckptctl.core.watch_axis import resume_window
 from ckptctl.core.watch_checks import (
     check_loss_scale_and_grad_norm,
     check_schedule,
@@ -139,7 +140,6 @@ from ckptctl.core.watch_model import (
 )
 from ckptctl.core.watch_resume import (
     LOST_LINES_TIME_FACTOR,
-    accepted_start,
     assign_steps,
     check_marker_steps,
     check_steps,
@@ -229,7 +229,7 @@ def analyze(
     if baseline_events is not None:
         sources.append(("baseline", baseline_events))
     sources.append(("log", log_events))
-    items, step_kind, rank = assign_steps(sources)
+    items, step_kind, rank, axis = assign_steps(sources)
     points = [it.point for it in items if it.point is not None]
     interval, gap_tol = log_interval_and_gap(points, cfg.gap_tolerance_intervals)
     sec_per_step = wall_time_per_step(points, gap_tol)
@@ -266,9 +266,12 @@ def analyze(
     convention = step_convention(first_step_ever, interval)
     resume_index: int | None = None
     rs, rs_source = (resume_step, "flag") if resume_step is not None else (None, None)
+    if rs is not None and axis.by_epoch:
+        rs = rs * axis.per_epoch  # (on an epoch axis --resume-step names an epoch)
+    names_next = False
     if candidates:
         if rs is not None and logged_steps:
-            lo, hi = accepted_start(rs, convention, gap_tol)
+            lo, hi = resume_window(rs, convention, gap_tol, axis, False)
             consistent = [i for i in candidates if lo <= segments[i].first_step <= hi]
             resume_index = consistent[-1] if consistent else candidates[-1]
         else:
@@ -276,6 +279,7 @@ def analyze(
         seg = segments[resume_index]
         if rs is None and seg.marker is not None and seg.marker.step is not None:
             rs, rs_source = seg.marker.step, "log-marker"
+            names_next = seg.marker.names_next
         if (
             resume_step is not None
             and seg.marker is not None
@@ -370,7 +374,14 @@ def analyze(
     if logged_steps:
         findings.extend(
             check_steps(
-                resumed, post_segments, pre, rs, convention, interval, gap_tol, first_step_ever
+                resumed,
+                post_segments,
+                pre,
+                rs,
+                resume_window(rs, convention, gap_tol, axis, names_next) if rs is not None else None,
+                interval,
+                gap_tol,
+                first_step_ever,
             )
         )
         marker_findings, marker_notes = check_marker_steps(

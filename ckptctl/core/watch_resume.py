@@ -8,10 +8,12 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ckptctl.core.losslog import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch_axis import Axis, choose_axis, place_marker, position
 from ckptctl.core.watch_model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
 from ckptctl.core.watch_stats import quantile
 
@@ -36,22 +38,30 @@ class Item:
     point: TracePoint | None
     marker: ResumeMarker | None
     redraw: bool = False
+    shape: str = ""
+    """The shape of the point's line (``LossPoint.shape``)."""
 
 
 def assign_steps(
     sources: Sequence[tuple[str, Sequence[LogEvent]]],
-) -> tuple[list[Item], str, int | None]:
-    """Keep one rank, give every point a step; return items, step kind, selected rank of the log."""
+) -> tuple[list[Item], str, int | None, Axis]:
+    """Keep one rank, give every point a position on the log's axis (``watch_axis``); return
+    items, step kind, selected rank of the log and the axis."""
     items: list[Item] = []
     log_rank: int | None = None
+    ranks = [select_rank(e for e in events if isinstance(e, LossPoint)) for _source, events in sources]
+    selected = [
+        e for (_s, events), rank in zip(sources, ranks, strict=True) for e in events if isinstance(e, LossPoint) and e.rank == rank
+    ]
+    axis = choose_axis(selected)
+    shapes = Counter(p.shape for p in selected)
     has_stepless = has_epoch = False
     # Step-less formats: number the points in order; after a restart (epoch goes
     # back, a restore line, or a separate baseline file) continue from the last
     # point logged at an earlier epoch, so equal epochs line up with equal positions.
     numbered: list[tuple[int, float | None]] = []
     restart_pending = False
-    for source, events in sources:
-        rank = select_rank(e for e in events if isinstance(e, LossPoint))
+    for (source, events), rank in zip(sources, ranks, strict=True):
         if source == "log":
             log_rank = rank
         restart_pending = bool(numbered)
@@ -59,12 +69,14 @@ def assign_steps(
             if isinstance(event, ResumeMarker):
                 if event.kind not in ("restore", "restart"):
                     continue  # a save line is information, not a new run
-                items.append(Item(source, None, event))
+                items.append(Item(source, None, place_marker(event, axis)))
                 restart_pending = bool(numbered)
                 continue
             if event.rank != rank:
                 continue
-            step = event.step
+            step = position(event, axis) if event.step is not None else None
+            if step is None and event.step is not None:
+                continue  # on another axis than the log's (an end-of-epoch summary beside step lines)
             if step is None:
                 has_stepless = True
                 epoch = event.epoch
@@ -81,9 +93,22 @@ def assign_steps(
                 numbered.append((step, epoch))
                 restart_pending = False
             point = TracePoint(step, event.loss, event.line_no, source, event.metrics, event.wall)
-            items.append(Item(source, point, None, event.redraws_previous))
+            last = items[-1] if items else None
+            if (
+                last is not None
+                and last.point is not None
+                and last.point.step == step
+                and last.source == source
+                and last.shape != event.shape
+            ):
+                # The same step from a line of another kind (an end-of-epoch summary, a step's
+                # evaluation of the training split): a repeat, not a restart; the commoner kind counts.
+                if shapes[event.shape] > shapes[last.shape]:
+                    items[-1] = Item(source, point, None, event.redraws_previous, event.shape)
+                continue
+            items.append(Item(source, point, None, event.redraws_previous, event.shape))
     step_kind = "logged" if not has_stepless else "epoch-aligned" if has_epoch else "ordinal"
-    return items, step_kind, log_rank
+    return items, step_kind, log_rank, axis
 
 
 def log_interval_and_gap(
@@ -232,27 +257,23 @@ def step_convention(first_step: int | None, interval: int) -> str:
     return "unknown"
 
 
-def accepted_start(resume_step: int, convention: str, gap_tol: float) -> tuple[int, float]:
-    lo = resume_step + 1 if convention == "after" else resume_step
-    return lo, resume_step + gap_tol
-
-
 def check_steps(
     resumed: Segment,
     post_segments: Sequence[Segment],
     pre: Sequence[TracePoint],
     resume_step: int | None,
-    convention: str,
+    window: tuple[int, float] | None,
     interval: int,
     gap_tol: float,
     first_step_ever: int | None,
 ) -> list[Finding]:
+    """``window``: where the resumed run may start (``watch_axis.resume_window``), with ``resume_step``."""
     found: list[Finding] = []
     p1 = resumed.first_step
     line = resumed.points[0].line_no
-    if resume_step is not None:
-        lo, hi = accepted_start(resume_step, convention, gap_tol)
-        expected = f"{lo}" if interval == 1 else f"{lo}..{resume_step + interval}"
+    if resume_step is not None and window is not None:
+        lo, hi = window
+        expected = f"{lo}" if interval == 1 and hi - lo <= gap_tol else f"{lo}..{max(resume_step + interval, int(hi - gap_tol))}"
         if p1 < lo:
             found.append(
                 Finding(
