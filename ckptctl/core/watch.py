@@ -146,6 +146,7 @@ from ckptctl.core.watch_resume import (
     last_save_before,
     log_interval_and_gap,
     lost_line_gaps,
+    relative_offset,
     segment,
     select_rank,
     step_convention,
@@ -336,25 +337,18 @@ def analyze(
     resumed = segments[resume_index]
     pre_segments = segments[:resume_index]
     post_segments = segments[resume_index:]
-    if (
-        logged_steps
-        and resumed.marker is not None
-        and resumed.marker.step is not None
-        and first_step_ever is not None
-        and resumed.first_step <= max(first_step_ever, interval)
-        and resumed.marker.step > resumed.first_step + interval
-    ):
-        # "Resumed from step 800" then "Step 1": the counter is relative to the restore.
-        offset = resumed.marker.step
+    offset, said = relative_offset(resumed, pre_segments, rs, logged_steps, first_step_ever, interval)
+    if offset is not None:
+        # "Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
+        # relative to the restore.
         post_segments = [
             replace(s, points=tuple(replace(p, step=p.step + offset) for p in s.points)) for s in post_segments
         ]
         resumed = post_segments[0]
         note_codes.append(RELATIVE_COUNTER)
         notes.append(
-            f"the resumed run counts steps from {resumed.first_step - offset} after the restore line at "
-            f"line {resumed.marker.line_no if resumed.marker else '?'} (step {offset}): read as step "
-            f"{offset} + counter"
+            f"the resumed run counts steps from {resumed.first_step - offset} after {said} (step {offset}): "
+            f"read as step {offset} + counter"
         )
     pre = stitch(pre_segments)
     post = [p for s in post_segments for p in s.points]
@@ -509,7 +503,8 @@ def analyze(
         findings.extend(result.findings)
         checks.update(result.checks)
         for code, text in result.notes:
-            note_codes.append(code)
+            if code:
+                note_codes.append(code)
             notes.append(text)
 
     verdict, decided = decide(

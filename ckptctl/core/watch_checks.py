@@ -129,8 +129,8 @@ def _predict_lr(pre_s: Sequence[tuple[int, float, TracePoint]], step: int) -> fl
     earlier = [(s, v) for s, v, _ in pre_s if s <= step][-5:]
     if not earlier:
         return None
-    if len(earlier) == 1:
-        return earlier[0][1]
+    if len(earlier) == 1 or earlier[-1][1] == earlier[-2][1]:
+        return earlier[-1][1]  # a constant stretch (a step schedule between milestones): held flat
     xs, ys = [e[0] for e in earlier], [e[1] for e in earlier]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
@@ -138,6 +138,10 @@ def _predict_lr(pre_s: Sequence[tuple[int, float, TracePoint]], step: int) -> fl
     value = ys[-1] + slope * (step - xs[-1])
     top = max(v for _, v, _ in pre_s)
     return min(max(value, 0.0), top)
+
+
+#: Learning-rate points after the resume a ``schedule-reset`` needs (never a verdict from one sample).
+MIN_LR_POINTS = 3
 
 
 def check_schedule(
@@ -152,6 +156,8 @@ def check_schedule(
     if peak <= 0:
         return res
     judged = post_s[:5]
+    # A rate logged far less often than the loss (once per epoch) is judged at its own cadence:
+    # its first points after the resume, however many steps they span; a verdict needs a few.
     devs: list[float] = []
     pairs: list[tuple[int, float, float]] = []
     for step, actual, _ in judged:
@@ -171,7 +177,13 @@ def check_schedule(
         "relative_deviation": dev,
         "ok": dev <= cfg.lr_rel_tol,
     }
-    if dev > cfg.lr_rel_tol:
+    if dev > cfg.lr_rel_tol and len(devs) < MIN_LR_POINTS:
+        res.notes.append(
+            ("", f"learning rate {fmt_num(actual)} at step {step} where the pre-failure schedule predicts "
+             f"{fmt_num(predicted)}, but only {len(devs)} learning-rate point(s) after the resume: not enough to judge")
+        )
+        res.checks["schedule"]["ok"] = None
+    elif dev > cfg.lr_rel_tol:
         ratio = actual / predicted if predicted else math.inf
         if ratio < 0.5:
             kind = "far below the schedule: a restarted warm-up or a lost scheduler state"

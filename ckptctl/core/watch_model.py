@@ -178,6 +178,8 @@ class TracePoint:
     """The point's other values (learning rate, tokens, throughput, ...; ``losslog.METRICS``)."""
     wall: float | None = None
     """Seconds of the line's timestamp, when it has one."""
+    relative: bool = False
+    """The line says its counter counts from the resume ("Step 12 (after resuming)")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ def assign_steps(
                     step = numbered[-1][0] + 1
                 numbered.append((step, epoch))
                 restart_pending = False
-            point = TracePoint(step, event.loss, event.line_no, source, event.metrics, event.wall)
+            point = TracePoint(step, event.loss, event.line_no, source, event.metrics, event.wall, event.relative)
             last = items[-1] if items else None
             if (
                 last is not None
@@ -426,3 +426,31 @@ def check_marker_steps(
             )
         ], []
     return [], []
+
+
+def relative_offset(
+    resumed: Segment,
+    pre_segments: Sequence[Segment],
+    resume_step: int | None,
+    logged_steps: bool,
+    first_step_ever: int | None,
+    interval: int,
+) -> tuple[int | None, str]:
+    """The step the resumed run's counter counts from, when it counts from the restore (and what
+    says so), else (None, "").
+
+    A restore line naming step R followed by a counter that starts again near the log's first
+    step (``Resumed from step 800`` then ``Step 1``): R. A counter whose lines say they count
+    from the resume (``Step 1 (after resuming)``): the checkpoint step given or named, else the
+    last step logged before the resume.
+    """
+    if not logged_steps or first_step_ever is None or resumed.first_step > max(first_step_ever, interval):
+        return None, ""
+    marker = resumed.marker
+    if marker is not None and marker.step is not None and marker.step > resumed.first_step + interval:
+        return marker.step, f"the restore line at line {marker.line_no}"
+    if resumed.points[0].relative and pre_segments:
+        if resume_step is not None:
+            return resume_step, "the checkpoint step"
+        return max(s.last_step for s in pre_segments), f"the last step logged before it (line {resumed.points[0].line_no})"
+    return None, ""
