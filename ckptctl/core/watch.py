@@ -124,6 +124,7 @@ from ckptctl.core.watch_model import (
     THROUGHPUT_REGRESSION,
     TOKENS_MISMATCH,
     VERDICTS,
+    WEIGHTS_ONLY,
     BaselineStats,
     Finding,
     JudgedPoint,
@@ -152,6 +153,7 @@ from ckptctl.core.watch_resume import (
     step_convention,
     stitch,
     wall_time_per_step,
+    weights_only_marker,
 )
 from ckptctl.core.watch_stats import (
     curvature_free_residuals,
@@ -262,7 +264,11 @@ def analyze(
             )
 
     # Which segment is the resume.
-    candidates = [i for i, s in enumerate(segments) if i > 0 and s.source == "log"]
+    # (the log of one attempt only may open with its restore line: a resume with no history)
+    candidates = [
+        i for i, s in enumerate(segments)
+        if s.source == "log" and (i > 0 or (s.marker is not None and s.marker.kind == "restore" and s.marker.step is not None))
+    ]
     first_step_ever = segments[0].first_step if segments else None
     convention = step_convention(first_step_ever, interval)
     resume_index: int | None = None
@@ -352,6 +358,15 @@ def analyze(
         )
     pre = stitch(pre_segments)
     post = [p for s in post_segments for p in s.points]
+    weights_only = weights_only_marker(log_events, pre_segments[-1].points[-1].line_no if pre_segments and
+                                       pre_segments[-1].source == "log" else 0, resumed.points[0].line_no)
+    if weights_only is not None and resumed.source == "log":
+        note_codes.append(WEIGHTS_ONLY)
+        notes.append(
+            f"line {weights_only.line_no} says the optimizer (or scheduler) state was not restored "
+            f"({weights_only.text[:120]!r}): a weights-only restore; the first steps may spike while "
+            "the optimizer's moments build up again"
+        )
     p1 = resumed.first_step
     unit = "step" if logged_steps else "point"
     explanation.append(

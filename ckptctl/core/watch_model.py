@@ -42,8 +42,11 @@ RELATIVE_COUNTER = "relative-step-counter"
 """The resumed run counts steps from 0 again; read as checkpoint step + counter (restore line)."""
 SELF_BASELINE = "self-baseline"
 """Too few pre-failure points for a trend: judged against the run's own recent level."""
+WEIGHTS_ONLY = "weights-only-restore"
+"""The trainer says it restored the model weights but not the optimizer (or scheduler) state."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
+    WEIGHTS_ONLY,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.

@@ -454,3 +454,12 @@ def relative_offset(
             return resume_step, "the checkpoint step"
         return max(s.last_step for s in pre_segments), f"the last step logged before it (line {resumed.points[0].line_no})"
     return None, ""
+
+
+def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line: int) -> ResumeMarker | None:
+    """A line between ``after_line`` and ``until_line`` (the restore) saying the optimizer or
+    scheduler state was not restored (``ResumeMarker.weights_only``)."""
+    for e in events:
+        if isinstance(e, ResumeMarker) and e.weights_only and after_line < e.line_no <= until_line:
+            return e
+    return None
