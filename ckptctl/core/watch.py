@@ -271,6 +271,8 @@ def analyze(
     ]
     first_step_ever = segments[0].first_step if segments else None
     convention = step_convention(first_step_ever, interval)
+    # (a --baseline file is what the user had: an excerpt need not start where training did)
+    history_start = first_step_ever if segments and segments[0].source == "log" else None
     resume_index: int | None = None
     rs, rs_source = (resume_step, "flag") if resume_step is not None else (None, None)
     if rs is not None and axis.by_epoch:
@@ -343,7 +345,7 @@ def analyze(
     resumed = segments[resume_index]
     pre_segments = segments[:resume_index]
     post_segments = segments[resume_index:]
-    offset, said = relative_offset(resumed, pre_segments, rs, logged_steps, first_step_ever, interval)
+    offset, said = relative_offset(resumed, pre_segments, rs, logged_steps, history_start, interval)
     if offset is not None:
         # "Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
         # relative to the restore.
@@ -390,7 +392,7 @@ def analyze(
                 resume_window(rs, convention, gap_tol, axis, names_next) if rs is not None else None,
                 interval,
                 gap_tol,
-                first_step_ever,
+                history_start,
             )
         )
         marker_findings, marker_notes = check_marker_steps(

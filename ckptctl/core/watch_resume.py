@@ -246,6 +246,12 @@ def stitch(segments: Sequence[Segment]) -> list[TracePoint]:
 
 
 
+def near_start(step: int, first_step_ever: int | None, interval: int) -> bool:
+    """``step`` is where training starts: at most the history's first step (None: a separate
+    baseline file, an excerpt that need not start at training's start) or one interval."""
+    return step <= max(first_step_ever or 0, interval)
+
+
 def step_convention(first_step: int | None, interval: int) -> str:
     """'before' when the history starts at step 0, 'after' when at step 1..interval, else 'unknown'."""
     if first_step is None:
@@ -282,7 +288,7 @@ def check_steps(
                     f"{resume_step} (expected {expected}): steps {p1}..{lo - 1} are trained again"
                     + (
                         " - the step counter restarted from the beginning"
-                        if p1 <= max(first_step_ever or 0, interval)
+                        if near_start(p1, first_step_ever, interval)
                         else ""
                     ),
                     step=p1,
@@ -302,8 +308,7 @@ def check_steps(
             )
     elif (
         pre
-        and first_step_ever is not None
-        and p1 <= max(first_step_ever, interval)
+        and near_start(p1, first_step_ever, interval)
         and pre[-1].step > p1 + interval
     ):
         found.append(
@@ -444,7 +449,7 @@ def relative_offset(
     from the resume (``Step 1 (after resuming)``): the checkpoint step given or named, else the
     last step logged before the resume.
     """
-    if not logged_steps or first_step_ever is None or resumed.first_step > max(first_step_ever, interval):
+    if not logged_steps or not near_start(resumed.first_step, first_step_ever, interval):
         return None, ""
     marker = resumed.marker
     if marker is not None and marker.step is not None and marker.step > resumed.first_step + interval:
