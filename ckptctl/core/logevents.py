@@ -35,7 +35,14 @@ _CKPT_NOUN_RE = re.compile(
     re.IGNORECASE,
 )
 _PATH_STEP_RE = re.compile(
-    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)", re.IGNORECASE
+    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)"
+    # a checkpoint file named by its step (detectron2's model_0039999.pth)
+    r"|\bmodel[_-](\d{1,15})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b)",
+    re.IGNORECASE,
+)
+#: A checkpoint path named by its epoch (``ckpt/epoch_6.pt``, ``model_e22.pt``, ``epoch=3-step=1200.ckpt``).
+_PATH_EPOCH_RE = re.compile(
+    r"(?:\bepoch|[_/-]e)[_=-]?(\d{1,9})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b|[-_])", re.IGNORECASE
 )
 #: The number a restore line names is the first step (or epoch) of the resumed run, not the
 #: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
@@ -151,15 +158,15 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
             return None
         fields = lt.tokenize(body).fields
         if save is not None:
-            return ResumeMarker(line_no=line_no, step=marker_step(body, fields), text=text[:200], kind="save")
+            return ResumeMarker(
+                line_no=line_no, step=marker_step(body, fields), text=text[:200], kind="save", epoch=marker_epoch(body, fields)
+            )
     tokens: float | None = None
-    epoch: int | None = None
     for f in fields:
         meaning = lk.classify_key(f.key, f.unit)
         if meaning is not None and meaning[0] in (lk.TOKENS, lk.SAMPLES) and tokens is None:
             tokens = f.value
-        elif meaning is not None and meaning[0] == lk.EPOCH and epoch is None and lt.is_count(f.value):
-            epoch = int(f.value)
+    epoch = marker_epoch(body, fields)
     return ResumeMarker(
         line_no=line_no,
         step=marker_step(body, fields),
@@ -181,6 +188,16 @@ def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
     if best is not None:
         return best[1]
     m = _PATH_STEP_RE.search(body)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def marker_epoch(body: str, fields: tuple[lt.Field, ...]) -> int | None:
+    """The epoch a restore or save line names: a field (``epoch 7``), else its checkpoint path's."""
+    for f in fields:
+        meaning = lk.classify_key(f.key, f.unit)
+        if meaning is not None and meaning[0] == lk.EPOCH and lt.is_count(f.value):
+            return int(f.value)
+    m = _PATH_EPOCH_RE.search(body)
     return int(m.group(1)) if m else None
 
 
