@@ -125,6 +125,9 @@ class ResumeMarker:
     """The number named is the resumed run's first step or epoch ("continuing at epoch 18")."""
     weights_only: bool = False
     """The line also says the optimizer (or scheduler) state was not restored."""
+    step_in_path: bool = False
+    """The step is only the number in the checkpoint's file name (``model_0039999.pth``): which
+    checkpoint, not how the resumed run counts."""
 
 
 LogEvent = LossPoint | ResumeMarker
@@ -167,9 +170,13 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
         if meaning is not None and meaning[0] in (lk.TOKENS, lk.SAMPLES) and tokens is None:
             tokens = f.value
     epoch = marker_epoch(body, fields)
+    step = marker_step(body, fields)
     return ResumeMarker(
         line_no=line_no,
-        step=marker_step(body, fields),
+        step=step,
+        step_in_path=step is not None and not any(
+            (m := lk.classify_key(f.key, f.unit)) is not None and m[0] == lk.STEP for f in fields
+        ),
         text=text[:200],
         tokens=tokens,
         epoch=epoch,

@@ -144,6 +144,7 @@ from ckptctl.core.watch_resume import (
     assign_steps,
     check_marker_steps,
     check_steps,
+    checkpoint_holds_step,
     last_save_before,
     log_interval_and_gap,
     lost_line_gaps,
@@ -358,6 +359,8 @@ def analyze(
             f"the resumed run counts steps from {resumed.first_step - offset} after {said} (step {offset}): "
             f"read as step {offset} + counter"
         )
+    if rs is not None and resumed.marker is not None and not axis.by_epoch and checkpoint_holds_step(sources, resumed.marker, rs):
+        convention = "after"  # "step 5000" logged, then "checkpoint saved at step 5000": 5000 is done
     pre = stitch(pre_segments)
     post = [p for s in post_segments for p in s.points]
     weights_only = weights_only_marker(log_events, pre_segments[-1].points[-1].line_no if pre_segments and

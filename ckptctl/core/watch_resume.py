@@ -452,7 +452,7 @@ def relative_offset(
     if not logged_steps or not near_start(resumed.first_step, first_step_ever, interval):
         return None, ""
     marker = resumed.marker
-    if marker is not None and marker.step is not None and marker.step > resumed.first_step + interval:
+    if marker is not None and marker.step is not None and not marker.step_in_path and marker.step > resumed.first_step + interval:
         return marker.step, f"the restore line at line {marker.line_no}"
     if resumed.points[0].relative and pre_segments:
         if resume_step is not None:
@@ -468,3 +468,19 @@ def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line:
         if isinstance(e, ResumeMarker) and e.weights_only and after_line < e.line_no <= until_line:
             return e
     return None
+
+
+def checkpoint_holds_step(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker, step: int) -> bool:
+    """The last save line before the restore line ``marker`` names ``step`` and came after the line
+    logging that step: the checkpoint holds the step's update, the resumed run starts after it."""
+    holds = False
+    for source, events in sources:
+        logged = False
+        for event in events:
+            if source == "log" and event.line_no >= marker.line_no:
+                return holds
+            if isinstance(event, LossPoint):
+                logged = logged or event.step == step
+            elif event.kind == "save" and event.step is not None:
+                holds = event.step == step and logged
+    return holds
