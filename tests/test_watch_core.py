@@ -190,8 +190,10 @@ def test_a_line_with_eval_words_and_a_named_train_loss_is_a_weak_record() -> Non
          "step 20: train loss 9.1, val loss 9.2", "iter 20: loss 9.05, time 411.0ms"]
     )
     points = [(e.step, e.loss, e.fmt) for e in mixed if isinstance(e, LossPoint)]
-    # the first estimate came before any iteration line; after them the estimates do not count
-    assert points == [(0, 11.057, "generic"), (0, 11.0561, "nanogpt"), (10, 9.8, "nanogpt"), (20, 9.05, "nanogpt")]
+    # the estimates count from their second line on, and not after iteration lines locked the format
+    assert points == [(0, 11.0561, "nanogpt"), (10, 9.8, "nanogpt"), (20, 9.05, "nanogpt")]
+    # one such line alone (a quoted example in a script) is no training log
+    assert not [e for e in parse_lines(['    "step 500: train loss 2.6001, val loss 2.6511",']) if isinstance(e, LossPoint)]
 
 
 MARKERS = [

@@ -125,6 +125,8 @@ class ResumeMarker:
     """The number named is the resumed run's first step or epoch ("continuing at epoch 18")."""
     weights_only: bool = False
     """The line also says the optimizer (or scheduler) state was not restored."""
+    on_epoch: bool = False
+    """``step`` is the first position of the epoch the line names (placed by ``watch_axis``)."""
     step_in_path: bool = False
     """The step is only the number in the checkpoint's file name (``model_0039999.pth``): which
     checkpoint, not how the resumed run counts."""

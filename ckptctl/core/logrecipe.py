@@ -69,6 +69,7 @@ class Parser(Protocol):
     def feed_part(self, part: str, line_no: int, multi: bool, events: list[LogEvent]) -> None: ...
     def emit_pending(self) -> list[LogEvent]: ...
     weak_lock: bool
+    weak_shapes: set[str]
 
     def lock(self, fmt: str, weak: bool = False) -> bool: ...
     def point_fmt(self, fmt: str) -> str: ...
@@ -337,6 +338,7 @@ def _codegen(
         L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
     L += ["    if step is None: return None", "    P.in_eval = False"]
     if weak:
+        L.append("    if _shape not in P.weak_shapes: return None")  # (the first of its shape: held by the reader)
         L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")
     else:
         L.append("    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False")

@@ -127,6 +127,8 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
+#: Shapes of weak records (``accept``) held at once.
+_MAX_WEAK_HELD = 16
 #: A record waits at most this many lines for its loss.
 _RECORD_SPAN_LINES = 40
 #: A line that may continue a record without being indented holds at most this many fields
@@ -149,6 +151,10 @@ class LossLogParser:
         self._requested = fmt
         self.locked: str | None = None if fmt in (AUTO, "generic") else fmt
         self.weak_lock = False
+        self.weak_shapes: set[str] = set()
+        """Shapes of lines carrying an evaluation along seen twice: their records count."""
+        self._weak_first: dict[str, Record] = {}
+        """The first record of each such shape, held until a second one comes."""
         """The format was locked by records that carry an evaluation along (``lock``)."""
         self.csv: CsvHeader | None = None
         self.columns: tuple[str, ...] | None = None
@@ -423,6 +429,17 @@ class LossLogParser:
             return out
         if rec.loss is None:
             return out
+        if rec.weak and rec.shape not in self.weak_shapes:
+            # A line that carries an evaluation along counts once a second line of its shape
+            # comes (one such line, a quoted example in a script, is no training log).
+            first = self._weak_first.pop(rec.shape, None)
+            if first is None:
+                if len(self._weak_first) < _MAX_WEAK_HELD:
+                    self._weak_first[rec.shape] = rec
+                return out
+            self.weak_shapes.add(rec.shape)
+            if self.lock(first.fmt, True):
+                out.append(self._point(first, redraw=False))
         if not self.lock(rec.fmt, rec.weak):
             return out
         redraw = False

@@ -86,6 +86,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ckptctl.core.logevents import EPOCH_AXIS
 from ckptctl.core.losslog import LogEvent
 from ckptctl.core.watch_axis import resume_window
 from ckptctl.core.watch_checks import (
@@ -276,12 +277,11 @@ def analyze(
     history_start = first_step_ever if segments and segments[0].source == "log" else None
     resume_index: int | None = None
     rs, rs_source = (resume_step, "flag") if resume_step is not None else (None, None)
-    if rs is not None and axis.by_epoch:
-        rs = rs * axis.per_epoch  # (on an epoch axis --resume-step names an epoch)
+    on_epoch = rs is not None and axis.name == EPOCH_AXIS  # (on the epoch axis --resume-step names an epoch)
     names_next = False
     if candidates:
         if rs is not None and logged_steps:
-            lo, hi = resume_window(rs, convention, gap_tol, axis, False)
+            lo, hi = resume_window(rs, convention, gap_tol, axis, False, on_epoch)
             consistent = [i for i in candidates if lo <= segments[i].first_step <= hi]
             resume_index = consistent[-1] if consistent else candidates[-1]
         else:
@@ -289,7 +289,7 @@ def analyze(
         seg = segments[resume_index]
         if rs is None and seg.marker is not None and seg.marker.step is not None:
             rs, rs_source = seg.marker.step, "log-marker"
-            names_next = seg.marker.names_next
+            names_next, on_epoch = seg.marker.names_next, seg.marker.on_epoch
         if (
             resume_step is not None
             and seg.marker is not None
@@ -359,7 +359,7 @@ def analyze(
             f"the resumed run counts steps from {resumed.first_step - offset} after {said} (step {offset}): "
             f"read as step {offset} + counter"
         )
-    if rs is not None and resumed.marker is not None and not axis.by_epoch and checkpoint_holds_step(sources, resumed.marker, rs):
+    if rs is not None and resumed.marker is not None and not on_epoch and checkpoint_holds_step(sources, resumed.marker, rs):
         convention = "after"  # "step 5000" logged, then "checkpoint saved at step 5000": 5000 is done
     pre = stitch(pre_segments)
     post = [p for s in post_segments for p in s.points]
@@ -392,7 +392,7 @@ def analyze(
                 post_segments,
                 pre,
                 rs,
-                resume_window(rs, convention, gap_tol, axis, names_next) if rs is not None else None,
+                resume_window(rs, convention, gap_tol, axis, names_next, on_epoch) if rs is not None else None,
                 interval,
                 gap_tol,
                 history_start,

@@ -16,7 +16,8 @@ the epoch (``[ 120/500]`` after an epoch). Here the log's axis is decided from a
   at E's end by some trainers and holds E as the next one to run by others), or exactly at
   it when the line names the epoch to run next.
 
-On an epoch axis ``--resume-step`` names an epoch.
+On the epoch axis ``--resume-step`` names an epoch; on the epoch-batch axis a position (batches
+trained: epoch x batches per epoch + batch), as a restore line's step does.
 """
 
 from __future__ import annotations
@@ -114,24 +115,25 @@ def position(p: LossPoint, axis: Axis) -> int | None:
 
 
 def place_marker(marker: ResumeMarker, axis: Axis) -> ResumeMarker:
-    """A restore or save line on an epoch axis: at the first position of the epoch it names
-    (no step when it names none: a step counter's value is no epoch)."""
-    if not axis.by_epoch:
+    """A restore or save line on an epoch axis: on the epoch-batch axis the step it names is a
+    position (batches trained: ``epoch=1-step=500``); else at the first position of the epoch it
+    names (on the epoch axis a step counter's value is no epoch: no step)."""
+    if not axis.by_epoch or (axis.name == EPOCH_BATCH_AXIS and marker.step is not None):
         return marker
     if marker.epoch is None:
         return replace(marker, step=None) if marker.step is not None else marker
-    return replace(marker, step=marker.epoch * axis.per_epoch)
+    return replace(marker, step=marker.epoch * axis.per_epoch, on_epoch=True)
 
 
-def resume_window(resume_step: int, convention: str, gap_tol: float, axis: Axis, names_next: bool) -> tuple[int, float]:
+def resume_window(resume_step: int, convention: str, gap_tol: float, axis: Axis, names_next: bool, on_epoch: bool) -> tuple[int, float]:
     """Where the resumed run's first position may be, given the checkpoint's position.
 
     Step axis: ``resume_step`` (or the next step when steps are logged after the update) up to
-    the gap tolerance past it. Epoch axes (``resume_step`` is the first position of the epoch E
-    named): from E up to the start of E + 1 plus the tolerance; exactly E when the line named
+    the gap tolerance past it (also a step named on the epoch-batch axis). An epoch named
+    (``on_epoch``: ``resume_step`` is the first position of that epoch E): from E up to the start of E + 1 plus the tolerance; exactly E when the line named
     the epoch to run next.
     """
-    if not axis.by_epoch:
+    if not on_epoch:
         lo = resume_step + 1 if convention == "after" else resume_step
         return lo, resume_step + gap_tol
     if names_next:
