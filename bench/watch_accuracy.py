@@ -34,8 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptctl.errors import CkptctlError
 from ckptctl.core.watch import NOTE_CODES
+from ckptctl.errors import CkptctlError
 from ckptctl.ops.watch import watch_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"

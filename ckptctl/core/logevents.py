@@ -47,7 +47,9 @@ _PATH_EPOCH_RE = re.compile(
 #: The number a restore line names is the first step (or epoch) of the resumed run, not the
 #: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
 _NAMES_NEXT_RE = re.compile(
-    r"\b(?:next|at|starting|start)\s+(?:the\s+)?(?:global\s+)?(?:step|epoch|iteration|iter|update)\b", re.IGNORECASE
+    r"\b(?:next|(?:continu\w*|start\w*|resum\w*)\s+(?:training\s+)?(?:at|with))\s+(?:the\s+)?(?:global\s+)?"
+    r"(?:step|epoch|iteration|iter|update)\b",
+    re.IGNORECASE,
 )
 #: A trainer saying it restored the weights but not the optimizer (or scheduler, scaler) state.
 _WEIGHTS_ONLY_RE = re.compile(

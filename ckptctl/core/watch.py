@@ -253,6 +253,13 @@ def analyze(
     num_log_points = sum(1 for p in points if p.source == "log")
     num_baseline_points = len(points) - num_log_points
     logged_steps = step_kind == "logged"
+    if axis.by_epoch:
+        notes.append(
+            "the log's position is its epoch (one record per epoch)" if axis.name == EPOCH_AXIS else
+            f"the log's position is epoch x {axis.epoch_len} + the batch within the epoch"
+            + (" (its step counter starts again every epoch)" if axis.composed else "")
+            + "; steps below are positions on that axis"
+        )
 
     if step_kind != "logged":
         notes.append(
@@ -341,6 +348,9 @@ def analyze(
             num_baseline_points=num_baseline_points,
             num_segments=len(segments),
             note_codes=tuple(note_codes),
+            step_axis=axis.name,
+            epoch_len=axis.epoch_len,
+            step_axis_composed=axis.composed,
         )
 
     resumed = segments[resume_index]
@@ -560,6 +570,9 @@ def analyze(
         note_codes=tuple(note_codes),
         confidence=confidence,
         checks=checks,
+        step_axis=axis.name,
+        epoch_len=axis.epoch_len,
+        step_axis_composed=axis.composed,
     )
 
 

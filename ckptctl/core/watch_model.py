@@ -427,6 +427,13 @@ class WatchReport:
     checks: Mapping[str, Any] = field(default_factory=dict)
     """RB-7's other checks: ``tokens``, ``throughput``, ``schedule``, ``loss_scale``,
     ``grad_norm`` (each with its numbers, or absent when the log does not carry it)."""
+    step_axis: str = "step"
+    """What the log's positions count (``watch_axis``): ``step`` (a step, iteration or update
+    counter), ``epoch`` (one record per epoch) or ``epoch-batch`` (epoch x ``epoch_len`` + batch)."""
+    epoch_len: int | None = None
+    """Positions per epoch on the ``epoch-batch`` axis."""
+    step_axis_composed: bool = False
+    """The log's step counter starts again every epoch; composed with the epoch here."""
 
 
 
