@@ -18,12 +18,24 @@ $(STAMP): pyproject.toml Makefile
 	@test -x /usr/sbin/slurmctld || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
 	  echo "slurm-wlm/munge not installed: the Slurm tests will be skipped"
+	@# Preemption tests (tests/test_training_preemption.py, test_slurm_preemption.py) read each worker's exit status with
+	@# strace (torchrun reports none once signalled): Debian's strace, installed when root with apt, else those tests are skipped.
+	@command -v strace >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing strace (Debian package, ~2 MB): the preemption tests read the workers' exit statuses with it" && \
+	  (apt-get update -qq && apt-get install -y -qq strace) >/dev/null 2>&1; } || \
+	  echo "strace not installed: the preemption tests that read worker exit statuses will be skipped"
+	@# HTML report tests (tests/test_report.py) open `ckptctl report`'s page in a real headless browser:
+	@# Debian's chromium, installed when root with apt (about 480 MB with its libraries), else those tests are skipped.
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing chromium (Debian package, ~480 MB with its libraries): the HTML report tests look at the page in a headless browser" && \
+	  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
+	  echo "chromium not installed: the browser tests of the HTML report will be skipped"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	# torch is named again so the resolver keeps it: backtracking elsewhere (s3fs/aiobotocore
 	# vs moto's botocore) once made pip swap it for a newer torch with CUDA wheels.
-	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,tensorboard,dev]" "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[torch,s3,fast,tensorboard,report,dev]" "$(TORCH_SPEC)"
 	$(BIN)/python -c 'import sys, torch; s, v = "$(TORCH_SPEC)", torch.__version__.split("+")[0]; print("torch", torch.__version__); sys.exit(s.startswith("torch==") and s[7:] != v and f"got torch {v}, wanted {s}")'
 	touch $(STAMP)
 

@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ckptctl.ops.classify import load_default_signatures  # noqa: E402
+from ckptctl.ops.classify_catalog import load_default_signatures  # noqa: E402
 
 DATA_DIR = ROOT / ".bench-data"
 GENERATOR_VERSION = 3
@@ -280,6 +280,13 @@ def to_ere(pattern: str) -> str:
         elif c == "(" and pattern.startswith("(?P<", i):
             out.append("(")
             i = pattern.index(">", i) + 1
+        elif c == "(" and pattern.startswith("(?=", i):
+            # a line matches A(?=X) exactly when it matches AX
+            out.append("(")
+            i += 3
+        elif c == "(" and pattern.startswith("(?!", i):
+            # dropped: grep then matches a superset of the lines (never fewer)
+            i = _group_end(pattern, i)
         elif c == "(" and pattern.startswith("(?", i):
             raise ValueError(f"unsupported group in {pattern!r}")
         elif c in "*+?}" and i + 1 < n and pattern[i + 1] == "?":
@@ -292,6 +299,27 @@ def to_ere(pattern: str) -> str:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+def _group_end(pattern: str, i: int) -> int:
+    """The index just past the group that opens at ``pattern[i]``."""
+    depth = 0
+    j = i
+    while j < len(pattern):
+        ch = pattern[j]
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == "[":
+            j = pattern.index("]", j + 2 if pattern.startswith("[^]", j) or pattern.startswith("[]", j) else j + 1)
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise ValueError(f"unbalanced group in {pattern!r}")
 
 
 # --------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def bench_quick_verify_vs_dcp_load(quick: bool) -> dict[str, float]:
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     # One file per tensor: as many shard files as a large job's ranks x threads. dcp.load's
     # cost grows with the bytes, verify's with the entries, so the ratio depends on bytes per
@@ -90,11 +90,11 @@ def bench_quick_verify_vs_dcp_load(quick: bool) -> dict[str, float]:
 
 
 def bench_metadata_scan(metadata: Path) -> dict[str, float]:
-    """The opcode pre-scan (core/pickle_shape.py) next to the restricted unpickling it guards."""
+    """The opcode pre-scan (core/verify/pickle_shape.py) next to the restricted unpickling it guards."""
     import io
 
     from ckptctl.adapters.dcp_metadata import _RestrictedUnpickler
-    from ckptctl.core.pickle_shape import check_shape
+    from ckptctl.core.verify.pickle_shape import check_shape
 
     data = metadata.read_bytes()
     t_scan = _timeit(lambda: check_shape(data), repeat=15)
@@ -115,7 +115,7 @@ def _drop_caches() -> bool:
 
 
 def bench_deep_vs_cat(quick: bool) -> dict[str, float]:
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     mb = 256 if quick else 1024
     path = DATA / f"deep_{mb}mb"
@@ -175,7 +175,8 @@ def _make_5000(root: Path, template: Path, num_steps: int) -> None:
 
 
 def bench_locate(quick: bool) -> dict[str, float]:
-    from ckptctl.ops.checkpoints import CheckOptions, find_latest_complete
+    from ckptctl.runroot.locate import find_latest_complete
+    from ckptctl.runroot.reports import CheckOptions
 
     # The template holds weights only: accept model-only checkpoints, since this measures the
     # cost of probing newest first, not locate's resume policy (which passes over them).

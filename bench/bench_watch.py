@@ -18,7 +18,7 @@ still bends hard), where a straight baseline alone would be wrong.
   for good or decaying over 5-50 steps (a bad restore that training partly
   repairs); ``continuous`` is a miss.
 
-The curves go straight into ``ckptctl.core.watch.analyze`` (the same function the
+The curves go straight into ``ckptctl.core.watch.analyze.analyze`` (the same function the
 CLI calls) as parsed points, with the checkpoint step given, default thresholds
 unless ``--k``/``--min-rel-tol`` say otherwise.
 
@@ -33,8 +33,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from ckptctl.core.losslog import LogEvent, LossPoint, ResumeMarker
-from ckptctl.core.watch import CONTINUOUS, WatchConfig, analyze
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.model import CONTINUOUS, WatchConfig
 
 NOISE_LEVELS = (0.005, 0.02, 0.05)
 """Noise sd as a fraction of the loss level."""

@@ -42,7 +42,7 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ckptctl.core.losslog import LossLogParser
+from ckptctl.core.watch.losslog import LossLogParser
 from ckptctl.ops.watch import watch_log
 
 OLD_READER_COMMIT = "62bcdd0"

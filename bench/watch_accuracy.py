@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptctl.core.watch import NOTE_CODES
+from ckptctl.core.watch.model import NOTE_CODES
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.watch import watch_log
 

@@ -17,7 +17,9 @@ checkpoint=<path> exit_code=75`` and ``ckptctl-train done step=<N>``. Notices
 (checkpoints skipped by ``--resume-from auto``) go to stderr.
 
 Exit codes: 0 done; 75 preempted after an emergency checkpoint (SIGTERM or
-``--preemption-signal``); 2 bad flags; anything else is a failure.
+``--preemption-signal``, however many times each arrives: docs/training.md,
+"Preemption"); 2 bad flags; killed by SIGINT when aborted during a preemption;
+anything else is a failure.
 
 Fault injection (for tests and drills):
   --crash-at-step N             SIGKILL rank --crash-rank when step N is about to run
@@ -342,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"exit_code={PREEMPTED_EXIT_CODE}"
             )
         ckpt.close()
+        # The checkpoint is committed and this process is leaving with 75. Under torchrun the
+        # first rank to exit makes torchrun SIGTERM the others; that is the same preemption, so
+        # it must not turn a rank's 75 into a death by SIGTERM (SIGKILL still ends it).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         exit_code = PREEMPTED_EXIT_CODE
     if distributed:
         dist.destroy_process_group()

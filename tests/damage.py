@@ -8,8 +8,8 @@ import zlib
 from pathlib import Path
 
 from ckptctl.adapters.dcp_metadata import read_index
-from ckptctl.core.manifest import Manifest, ManifestFile, commit_marker_bytes, format_crc32
-from ckptctl.core.records import data_offset, parse_directory
+from ckptctl.core.verify.manifest import Manifest, ManifestFile, commit_marker_bytes, format_crc32
+from ckptctl.core.verify.records import data_offset, parse_directory
 
 
 def tensor_data_offset(ckpt: Path, shard: str | None = None) -> tuple[str, int]:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ckptctl.cli import output as out
 from ckptctl.cli.app import app
-from ckptctl.core.cadence import (
+from ckptctl.core.recover.cadence import (
     ABOVE_MTBF,
     OK,
     TOO_FREQUENT,
@@ -27,7 +27,7 @@ from ckptctl.core.cadence import (
     plan_cadence,
     young_daly_interval,
 )
-from ckptctl.core.manifest import Manifest
+from ckptctl.core.verify.manifest import Manifest
 
 runner = CliRunner()
 

@@ -20,6 +20,8 @@ from ckptctl.cli import output as out
 from ckptctl.cli.app import app, main
 from ckptctl.errors import ConfigError, InputError, UsageError
 from ckptctl.ops import classify as ops
+from ckptctl.ops.classify_catalog import BUILTIN_CATALOGS
+from ckptctl.ops.classify_scan import MAX_AUTO_JOBS, auto_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -402,7 +404,7 @@ def test_user_signatures_extend_the_catalog(tmp_path: Path) -> None:
     code, doc, _ = classify_json("--signatures", str(site), str(log))
     assert code == 10 and doc["root_cause"]["signature"] == "lustre-ost-down"
     assert "Page the storage team" in doc["action"] and doc["hosts"] == []
-    assert doc["catalog"]["files"] == [*("builtin:" + n for n in ops.BUILTIN_CATALOGS), str(site)]
+    assert doc["catalog"]["files"] == [*("builtin:" + n for n in BUILTIN_CATALOGS), str(site)]
 
 
 @pytest.mark.parametrize(
@@ -460,6 +462,7 @@ def test_json_schema_keys_are_a_contract() -> None:
         "file", "line", "text", "signature", "description", "category", "role", "severity",
         "confidence", "host", "host_source", "gpu", "gpu_index", "rank", "local_rank", "xid",
         "signal", "exitcode", "first_failure", "peer", "peer_host", "pod", "time", "cause_xid",
+        "code", "program", "collective",
     ]  # fmt: skip
     assert [list(s) for s in doc["suspects"]][:1] == [
         ["host", "gpu", "rank", "local_rank", "peer", "pod", "role", "reason"]
@@ -505,9 +508,9 @@ def test_worker_processes_give_the_same_answer() -> None:
     assert parallel["inputs"].pop("jobs") == 2 and serial["inputs"].pop("jobs") == 1
     whole["inputs"].pop("jobs")
     assert parallel == serial == whole
-    assert ops.auto_jobs(10 << 20, 16) == 1 and ops.auto_jobs(None, 16) == 1
-    assert ops.auto_jobs(10 << 30, 2) == 1 and ops.auto_jobs(10 << 30, 4) == 3
-    assert ops.auto_jobs(10 << 30, 64) == ops.MAX_AUTO_JOBS
+    assert auto_jobs(10 << 20, 16) == 1 and auto_jobs(None, 16) == 1
+    assert auto_jobs(10 << 30, 2) == 1 and auto_jobs(10 << 30, 4) == 3
+    assert auto_jobs(10 << 30, 64) == MAX_AUTO_JOBS
 
 
 def test_json_logs_that_are_not_error_files_are_read_as_logs(tmp_path: Path) -> None:

@@ -9,12 +9,22 @@ from typing import Any
 
 import pytest
 
-from ckptctl.core import classify as c
-from ckptctl.ops.classify import load_default_signatures
+from ckptctl.core.classify.attribution import normalize_host, normalize_pci
+from ckptctl.core.classify.catalog import (
+    MAX_EVIDENCE_CHARS,
+    CatalogError,
+    merge_catalogs,
+    parse_catalog,
+)
+from ckptctl.core.classify.events import Event, FileScanner
+from ckptctl.core.classify.evidence import Evidence, EvidenceCollector, SignatureTally
+from ckptctl.core.classify.scan import Matcher, plan_prefilter
+from ckptctl.core.classify.verdict import GpuRef, Verdict, decide_verdict, iter_events
+from ckptctl.ops.classify_catalog import load_default_signatures
 
 CATALOG = load_default_signatures()
 BY_ID = {s.id: s for s in CATALOG}
-MATCHER = c.Matcher(CATALOG)
+MATCHER = Matcher(CATALOG)
 
 
 # --------------------------------------------------------------------------------------
@@ -31,7 +41,16 @@ def test_every_catalog_example_matches_its_own_signature_first(sig_id: str, exam
     sig = BY_ID[sig_id]
     assert any(kw in example + "\n" for kw in sig.keywords), "the prefilter would never see this line"
     match = MATCHER.match_line(example + "\n")
-    assert match is not None and match.signature.id == sig_id
+    assert match is not None
+    if sig.codes and match.signature.id != sig_id:
+        # A vocabulary table lists every member of its set; a member whose lines an earlier,
+        # wording-specific entry already claims (k8s-oomkilled for "Reason: OOMKilled") must
+        # mean the same there: same category and role.
+        first = match.signature
+        assert (first.category, first.role) == (sig.category, sig.role), (first.id, sig_id)
+        assert not first.codes, "a vocabulary member is shadowed by another vocabulary"
+        return
+    assert match.signature.id == sig_id
 
 
 def test_every_cause_and_symptom_has_examples_and_keywords() -> None:
@@ -106,24 +125,24 @@ GOOD = {"id": "my-sig", "pattern": "boom", "keywords": ["boom"], "category": "jo
     ],
 )
 def test_invalid_catalogs_name_the_problem(document: Any, message: str) -> None:
-    with pytest.raises(c.CatalogError, match=re.escape(message)) as info:
-        c.parse_catalog(document, source="extra.yaml")
+    with pytest.raises(CatalogError, match=re.escape(message)) as info:
+        parse_catalog(document, source="extra.yaml")
     assert str(info.value).startswith("extra.yaml")
 
 
 def test_catalog_defaults_and_xid_shorthand() -> None:
-    (sig,) = c.parse_catalog({"signatures": [{"id": "xid-200", "xid": 200, "category": "infra"}]}, source="f")
+    (sig,) = parse_catalog({"signatures": [{"id": "xid-200", "xid": 200, "category": "infra"}]}, source="f")
     assert sig.keywords == ("Xid",) and sig.role == "cause" and sig.drain is True
     assert sig.confidence == "medium" and sig.severity == "error"
     assert re.search(sig.pattern, "NVRM: Xid (PCI:0000:3b:00): 200, pid=1")
     assert not re.search(sig.pattern, "NVRM: Xid (PCI:0000:3b:00): 2000, pid=1")
-    (job,) = c.parse_catalog({"signatures": [GOOD]}, source="f")
+    (job,) = parse_catalog({"signatures": [GOOD]}, source="f")
     assert job.drain is False
-    assert c.parse_catalog(None, source="empty.yaml") == ()
+    assert parse_catalog(None, source="empty.yaml") == ()
 
 
 def test_user_signatures_take_precedence_and_replace_by_id() -> None:
-    user = c.parse_catalog(
+    user = parse_catalog(
         {
             "signatures": [
                 # same id as the built-in: replaces it (here: XID 13 treated as hardware)
@@ -135,10 +154,10 @@ def test_user_signatures_take_precedence_and_replace_by_id() -> None:
         },
         source="site.yaml",
     )  # fmt: skip
-    merged = c.merge_catalogs(CATALOG, [user])
+    merged = merge_catalogs(CATALOG, [user])
     assert [s.id for s in merged[:2]] == ["xid-13", "flaky-fs"]
     assert sum(s.id == "xid-13" for s in merged) == 1
-    matcher = c.Matcher(merged)
+    matcher = Matcher(merged)
     xid = matcher.match_line("NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, Graphics Exception\n")
     assert xid is not None and xid.signature.category == "infra"
     io = matcher.match_line("OSError: [Errno 5] Input/output error\n")
@@ -251,7 +270,7 @@ def test_healthy_lines_do_not_match(line: str) -> None:
 def test_prefilter_plan_anchors_are_suffixes_of_their_keywords() -> None:
     keywords = [kw.encode() for kw in {k for s in CATALOG for k in s.keywords}]
     keywords.sort()
-    groups = c.plan_prefilter(keywords)
+    groups = plan_prefilter(keywords)
     covered = set()
     for first, members in groups.items():
         for anchor, index in members:
@@ -317,10 +336,10 @@ Root Cause (first observed failure):
 """
 
 
-def scan(text: str, *, file: str = "f.log", block_bytes: int | None = None, host: str | None = None) -> tuple[list[c.Event], c.FileScanner]:
-    scanner = c.FileScanner(MATCHER, file=file, file_host=host)
+def scan(text: str, *, file: str = "f.log", block_bytes: int | None = None, host: str | None = None) -> tuple[list[Event], FileScanner]:
+    scanner = FileScanner(MATCHER, file=file, file_host=host)
     data = text.encode()
-    events: list[c.Event] = []
+    events: list[Event] = []
     if block_bytes is None:
         return scanner.feed(data), scanner
     pos = 0
@@ -348,7 +367,7 @@ def test_torchrun_table_attributes_records_and_marks_the_root_cause(block_bytes:
 
 
 def test_rank_only_lines_get_their_host_from_torchruns_table() -> None:
-    collector = c.EvidenceCollector()
+    collector = EvidenceCollector()
     timeout_events, s1 = scan(TORCHRUN.splitlines(keepends=True)[-1], file="rank9.log")
     table_events, s2 = scan(TORCHRUN, file="torchrun.out")
     for e in timeout_events + table_events:
@@ -368,14 +387,14 @@ def test_line_numbers_and_file_host() -> None:
     (event,) = [e for e in events if e.signature.id == "xid-79"]
     assert (event.line, event.host, event.host_source, event.gpu) == (10, "gpu-node-17", "file name", "0000:3b:00")
     assert scanner.num_lines == 10 and scanner.num_matched_lines == 1
-    fixed = c.FileScanner(MATCHER, file="error.json").feed(b"a\nRuntimeError: CUDA error: out of memory\n", fixed_line=1)
+    fixed = FileScanner(MATCHER, file="error.json").feed(b"a\nRuntimeError: CUDA error: out of memory\n", fixed_line=1)
     assert [(e.line, e.signature.id) for e in fixed] == [(1, "cuda-oom")]
 
 
 def test_long_lines_are_clipped_around_the_match() -> None:
     line = "x" * 5000 + " RuntimeError: CUDA error: an illegal memory access was encountered " + "y" * 5000
     (event,), _ = scan("0123: " + line + "\n")
-    assert len(event.text) <= c.MAX_EVIDENCE_CHARS + 6
+    assert len(event.text) <= MAX_EVIDENCE_CHARS + 6
     assert "illegal memory access" in event.text
 
 
@@ -386,7 +405,7 @@ def test_long_lines_are_clipped_around_the_match() -> None:
      (None, None)],
 )  # fmt: skip
 def test_normalize_host(raw: str | None, expected: str | None) -> None:
-    assert c.normalize_host(raw) == expected
+    assert normalize_host(raw) == expected
 
 
 @pytest.mark.parametrize(
@@ -395,14 +414,14 @@ def test_normalize_host(raw: str | None, expected: str | None) -> None:
      ("0009:01:00", "0009:01:00"), (None, None)],
 )  # fmt: skip
 def test_normalize_pci(raw: str | None, expected: str | None) -> None:
-    assert c.normalize_pci(raw) == expected
+    assert normalize_pci(raw) == expected
 
 
 def test_collector_memory_is_bounded_but_counts_are_exact() -> None:
-    collector = c.EvidenceCollector(max_samples=3, max_hosts=50)
+    collector = EvidenceCollector(max_samples=3, max_hosts=50)
     sig = BY_ID["nccl-watchdog-timeout"]
     for i in range(20_000):
-        collector.add(c.Event(signature=sig, file="f", line=i + 1, text="t", host=f"h{i % 200}", order=i))
+        collector.add(Event(signature=sig, file="f", line=i + 1, text="t", host=f"h{i % 200}", order=i))
     (tally,) = collector.evidence().tallies
     assert tally.count == 20_000
     assert len(tally.samples) == 3 and [e.line for e in tally.samples] == [1, 2, 3]
@@ -414,28 +433,28 @@ def test_collector_memory_is_bounded_but_counts_are_exact() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def ev(sig_id: str, host: str | None = None, **kw: Any) -> c.Event:
+def ev(sig_id: str, host: str | None = None, **kw: Any) -> Event:
     kw.setdefault("order", ev.counter)  # type: ignore[attr-defined]
     ev.counter += 1  # type: ignore[attr-defined]
-    return c.Event(signature=BY_ID[sig_id], file=kw.pop("file", "log"), line=kw.pop("line", 1),
+    return Event(signature=BY_ID[sig_id], file=kw.pop("file", "log"), line=kw.pop("line", 1),
                    text=sig_id, host=host, **kw)  # fmt: skip
 
 
 ev.counter = 0  # type: ignore[attr-defined]
 
 
-def decide(*events: c.Event) -> c.Verdict:
-    collector = c.EvidenceCollector()
+def decide(*events: Event) -> Verdict:
+    collector = EvidenceCollector()
     for e in events:
         collector.add(e)
-    return c.decide_verdict(collector.evidence())
+    return decide_verdict(collector.evidence())
 
 
-def timeouts(n: int) -> list[c.Event]:
+def timeouts(n: int) -> list[Event]:
     return [ev("nccl-watchdog-timeout", f"gpu-node-{r // 8:02d}", rank=r) for r in range(n)]
 
 
-VERDICTS: list[tuple[str, list[c.Event], str, str, tuple[str, ...], str | None]] = [
+VERDICTS: list[tuple[str, list[Event], str, str, tuple[str, ...], str | None]] = [
     # (case, events, category, confidence, hosts to drain, root-cause signature)
     ("XID 79 on one host, timeouts on 64 ranks", [*timeouts(64), ev("xid-79", "gpu-node-17", gpu="0000:3b:00")],
      "infra", "high", ("gpu-node-17",), "xid-79"),
@@ -488,7 +507,7 @@ VERDICTS: list[tuple[str, list[c.Event], str, str, tuple[str, ...], str | None]]
 
 
 # (case, events, [(role, host, rank, peer), ...] the suspects must start with)
-SUSPECTS: list[tuple[str, list[c.Event], list[tuple[str, str | None, int | None, str | None]]]] = [
+SUSPECTS: list[tuple[str, list[Event], list[tuple[str, str | None, int | None, str | None]]]] = [
     ("XID 79: the host and GPU", [*timeouts(8), ev("xid-79", "gpu-node-17", gpu="0000:3b:00")],
      [("culprit", "gpu-node-17", None, None)]),
     ("a link fault: both ends, the peer's host when resolved",
@@ -504,7 +523,7 @@ SUSPECTS: list[tuple[str, list[c.Event], list[tuple[str, str | None, int | None,
 
 
 @pytest.mark.parametrize(("case", "events", "expected"), SUSPECTS, ids=[s[0] for s in SUSPECTS])
-def test_suspects(case: str, events: list[c.Event], expected: list[tuple[str, str | None, int | None, str | None]]) -> None:
+def test_suspects(case: str, events: list[Event], expected: list[tuple[str, str | None, int | None, str | None]]) -> None:
     v = decide(*events)
     assert [(s.role, s.host, s.rank, s.peer) for s in v.suspects][: len(expected)] == expected
     assert all(s.reason for s in v.suspects)
@@ -521,7 +540,7 @@ def test_link_fault_action_says_how_to_tell_the_bad_end() -> None:
     ("case", "events", "category", "confidence", "hosts", "root"), VERDICTS, ids=[v[0] for v in VERDICTS]
 )
 def test_verdicts(
-    case: str, events: list[c.Event], category: str, confidence: str, hosts: tuple[str, ...], root: str | None
+    case: str, events: list[Event], category: str, confidence: str, hosts: tuple[str, ...], root: str | None
 ) -> None:
     for order in (events, list(reversed(events))):  # the order of the input never matters
         v = decide(*order)
@@ -542,7 +561,7 @@ def test_unknown_verdicts_say_which_log_would_settle_it() -> None:
     timeout = decide(*timeouts(8))
     assert any("earliest error" in s for s in timeout.what_would_settle_it)
     assert any("kernel log" in s for s in timeout.what_would_settle_it)
-    nothing = c.decide_verdict(c.Evidence(tallies=(), rank_hosts={}, num_files=2, num_lines=1200))
+    nothing = decide_verdict(Evidence(tallies=(), rank_hosts={}, num_files=2, num_lines=1200))
     assert nothing.category == "unknown" and "no known failure signature in 1200 lines of 2 files" in nothing.reasons[0]
 
 
@@ -553,10 +572,11 @@ def test_infra_verdict_names_gpus_and_suspects() -> None:
         ev("cuda-unknown-error", "gpu-node-17", gpu_index=2),
         ev("nccl-ib-completion-error", "gpu-node-12"),
     )
-    assert v.gpus == (c.GpuRef(host="gpu-node-17", pci_bus_id="0000:3b:00", index=None),)
+    assert v.gpus == (GpuRef(host="gpu-node-17", pci_bus_id="0000:3b:00", index=None),)
     assert v.suspect_hosts == ("gpu-node-12",)
     assert v.action.startswith("Drain gpu-node-17 (GPU 0000:3b:00) and resume")
-    assert [e.signature.id for e in v.symptoms] == ["cuda-unknown-error"]
+    # CUDA's "unknown error" is a weak infra cause of its own (no drain): outweighed here
+    assert "cuda-unknown-error" in [e.signature.id for e in v.causes] and v.symptoms == ()
 
 
 def test_infra_without_a_hostname_says_how_to_find_it() -> None:
@@ -593,15 +613,15 @@ def test_low_confidence_actions_say_so() -> None:
 def test_iter_events_lists_each_event_once_root_first() -> None:
     root = ev("xid-79", "gpu-node-17")
     v = decide(ev("nccl-watchdog-timeout"), root, ev("cuda-oom"))
-    events = list(c.iter_events(v))
+    events = list(iter_events(v))
     assert events[0] == root and len(events) == len({id(e) for e in events}) == 3
 
 
 def test_signature_templates_fill_known_fields() -> None:
     sig = replace(BY_ID["rank-sigkill"], settle="log of {host} for {rank} ({gpu}, {xid}, {nope})")
-    e = c.Event(signature=sig, file="f", line=1, text="t", host=None, rank=None)
-    v = c.decide_verdict(
-        c.Evidence(tallies=(c.SignatureTally(signature=sig, count=1, hosts=(), num_hosts=0, samples=(e,)),), rank_hosts={})
+    e = Event(signature=sig, file="f", line=1, text="t", host=None, rank=None)
+    v = decide_verdict(
+        Evidence(tallies=(SignatureTally(signature=sig, count=1, hosts=(), num_hosts=0, samples=(e,)),), rank_hosts={})
     )
     assert v.what_would_settle_it[0] == "log of the host that wrote f for the failed rank (the GPU, ?, ?)"
 

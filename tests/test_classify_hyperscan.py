@@ -17,16 +17,19 @@ pytest.importorskip(
 )
 
 from ckptctl.adapters import hsscan
-from ckptctl.core import classify as c
+from ckptctl.core.classify.catalog import parse_catalog
 from ckptctl.errors import UsageError
 from ckptctl.ops import classify as ops
+from ckptctl.ops.classify_catalog import load_default_signatures
+from ckptctl.ops.classify_result import ClassifyResult
+from ckptctl.ops.classify_scan import ENGINE_ENV, make_matcher, pick_engine
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
-CATALOG = ops.load_default_signatures()
+CATALOG = load_default_signatures()
 KEYWORDS = sorted({k for s in CATALOG for k in s.keywords})
 # Keyword-less signatures (user catalogs may have them): their own pattern is the
 # prefilter, one re pass each, on both engines.
-KEYWORDLESS = c.parse_catalog(
+KEYWORDLESS = parse_catalog(
     {
         "signatures": [
             {"id": "lustre-evict", "pattern": r"LustreError: .* evicted", "category": "infra"},
@@ -38,7 +41,7 @@ KEYWORDLESS = c.parse_catalog(
 )
 
 
-def _comparable(result: ops.ClassifyResult) -> dict[str, Any]:
+def _comparable(result: ClassifyResult) -> dict[str, Any]:
     doc = result.to_json()
     doc.pop("elapsed_s")
     doc["inputs"].pop("engine")
@@ -94,8 +97,8 @@ def _random_block(rng: random.Random, num_lines: int) -> bytes:
 @pytest.mark.parametrize("catalog", ["default", "with keyword-less signatures"])
 def test_random_blocks_scan_the_same_on_both_engines(seed: int, catalog: str) -> None:
     sigs = CATALOG if catalog == "default" else (*KEYWORDLESS, *CATALOG)
-    fast = ops.make_matcher(sigs, "hyperscan")
-    slow = ops.make_matcher(sigs, "re")
+    fast = make_matcher(sigs, "hyperscan")
+    slow = make_matcher(sigs, "re")
     block = _random_block(random.Random(seed), 1500)
     fast_scan = fast.scan_block(block)
     assert fast_scan == slow.scan_block(block)
@@ -118,8 +121,8 @@ def test_hyperscan_candidates_hold_every_line_with_a_keyword_and_hint_it() -> No
 
 def test_a_keyword_at_the_end_of_a_block_without_newline_and_one_spanning_it() -> None:
     for sigs in (CATALOG, (*KEYWORDLESS, *CATALOG)):
-        fast = ops.make_matcher(sigs, "hyperscan")
-        slow = ops.make_matcher(sigs, "re")
+        fast = make_matcher(sigs, "hyperscan")
+        slow = make_matcher(sigs, "re")
         for block in (
             b"ok\nRuntimeError",
             b"ok\nTraceback\nRuntimeError\n",
@@ -132,23 +135,23 @@ def test_a_keyword_at_the_end_of_a_block_without_newline_and_one_spanning_it() -
 
 
 def test_an_empty_catalog_scans_nothing() -> None:
-    assert ops.make_matcher((), "hyperscan").scan_block(b"Xid 79\n") == ([], 1)
+    assert make_matcher((), "hyperscan").scan_block(b"Xid 79\n") == ([], 1)
 
 
 def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ops.ENGINE_ENV, raising=False)
-    assert ops.pick_engine() == "hyperscan"
-    assert ops.pick_engine("re") == "re"
-    monkeypatch.setenv(ops.ENGINE_ENV, "re")
-    assert ops.pick_engine() == "re"
-    assert ops.pick_engine("hyperscan") == "hyperscan"
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    assert pick_engine() == "hyperscan"
+    assert pick_engine("re") == "re"
+    monkeypatch.setenv(ENGINE_ENV, "re")
+    assert pick_engine() == "re"
+    assert pick_engine("hyperscan") == "hyperscan"
     with pytest.raises(UsageError, match="unknown classify engine"):
-        ops.pick_engine("grep")
+        pick_engine("grep")
     monkeypatch.setattr(hsscan, "available", lambda: False)
-    monkeypatch.delenv(ops.ENGINE_ENV)
-    assert ops.pick_engine() == "re"
+    monkeypatch.delenv(ENGINE_ENV)
+    assert pick_engine() == "re"
     with pytest.raises(UsageError, match="not installed"):
-        ops.pick_engine("hyperscan")
+        pick_engine("hyperscan")
 
 
 def test_workers_use_the_same_engine_and_result(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ckptctl.ops import classify as ops
+from ckptctl.ops.classify_catalog import load_default_signatures
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "fixtures" / "logs_realistic"
@@ -25,6 +26,7 @@ def _accuracy_module() -> Any:
     spec = importlib.util.spec_from_file_location("classify_accuracy", REPO / "bench" / "classify_accuracy.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -34,6 +36,18 @@ def test_realistic_corpus_meets_the_targets() -> None:
     s = bench.score(CORPUS, verbose=False)
     assert s["cases"] >= 60 and s["producers"] >= 15
     assert s["category_accuracy"] >= bench.TARGET_CATEGORY
+    assert s["culprit_recall"] >= bench.TARGET_CULPRIT
+    assert s["confident_on_thin"] == 0
+
+
+def test_open_world_corpus_meets_the_targets() -> None:
+    """Platforms, schedulers and fabrics the first corpora did not cover, ckptctl's own
+    preemption words and evidence spread over lines (tests/fixtures/logs_openworld/,
+    labelled before classify was run on it; first run 100% category, 13/15 culprits)."""
+    bench = _accuracy_module()
+    s = bench.score(REPO / "tests" / "fixtures" / "logs_openworld", verbose=False)
+    assert s["cases"] >= 30 and s["producers"] >= 30
+    assert s["category_accuracy"] >= 0.95
     assert s["culprit_recall"] >= bench.TARGET_CULPRIT
     assert s["confident_on_thin"] == 0
 
@@ -86,7 +100,7 @@ def test_nvlink5_xid_and_recovery_action_xid_keep_the_first_as_root() -> None:
 
 
 def test_every_xid_of_the_catalog_is_known() -> None:
-    xids = {s.xid for s in ops.load_default_signatures() if s.xid is not None}
+    xids = {s.xid for s in load_default_signatures() if s.xid is not None}
     assert set(range(1, 173)) - {13} <= xids | {13}
     assert set(range(1, 173)) <= xids
 

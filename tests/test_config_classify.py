@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptctl.adapters.config_file import parse_config_yaml
 from ckptctl.errors import ConfigError
-from ckptctl.ops.launch import parse_config_yaml
 
 SIG = """\
 signatures:

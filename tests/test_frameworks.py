@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core.records import parse_directory
-from ckptctl.ops.checkpoints import find_latest_complete, list_checkpoints, verify_target
+from ckptctl.core.verify.records import parse_directory
+from ckptctl.runroot.locate import find_latest_complete, list_checkpoints, verify_target
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport
 from tests.conftest import GOLDEN_CACHE, REPO, TESTS, free_port
 from tests.damage import flip_bit, truncate

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.ops.checkpoints import find_latest_complete, list_checkpoints, verify_checkpoint
+from ckptctl.runroot.locate import find_latest_complete, list_checkpoints, verify_checkpoint
 from ckptctl.runroot.reports import CheckOptions
 from tests.conftest import REPO, TESTS, torchrun_cmd
 from tests.damage import flip_bit, truncate

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.adapters.storage import FileTooLargeError, SpecialFileError, Storage
+from ckptctl.adapters.localfile import SpecialFileError
+from ckptctl.adapters.storage import FileTooLargeError, Storage
 from tests.fuzz.corpus import write_small_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ckptctl.adapters.dcp_metadata import MetadataError, read_index
-from ckptctl.core.records import check_record, parse_directory
-from ckptctl.ops.checkpoints import verify_checkpoint
+from ckptctl.core.verify.records import check_record, parse_directory
+from ckptctl.runroot.locate import verify_checkpoint
 from tests.fuzz.corpus import Case, metadata_cases, record_cases, write_small_checkpoint
 
 
@@ -88,7 +88,7 @@ def test_record_case_is_a_clean_problem(case: Case) -> None:
 
 
 def test_truncated_directory_is_a_format_error() -> None:
-    from ckptctl.core.records import RecordFormatError
+    from ckptctl.core.verify.records import RecordFormatError
 
     tail = b"PK\x01\x02" + b"\0" * 10 + b"PK\x05\x06" + b"\0" * 4 + b"\x01\x00\x01\x00" + b"\x0e\0\0\0" + b"\0" * 6
     with pytest.raises(RecordFormatError) as e:
@@ -105,7 +105,7 @@ def test_truncated_directory_is_a_format_error() -> None:
     ],
 )
 def test_missing_archive_end_is_typed(tail: bytes, code: str) -> None:
-    from ckptctl.core.records import RecordFormatError
+    from ckptctl.core.verify.records import RecordFormatError
 
     with pytest.raises(RecordFormatError) as e:
         parse_directory(tail, len(tail))
@@ -156,7 +156,7 @@ def test_zstd_bomb_stops_at_the_cap() -> None:
 def test_deflate_member_is_inflated_within_caps() -> None:
     import zlib
 
-    from ckptctl.core.records import RecordFormatError, inflate_capped
+    from ckptctl.core.verify.records import RecordFormatError, inflate_capped
 
     raw = zlib.compressobj(9, zlib.DEFLATED, -15)
     packed = raw.compress(b"\0" * (8 << 20)) + raw.flush()

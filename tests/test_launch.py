@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ckptctl.adapters.launcher import LaunchResult, Supervisor, create_log_file
+from ckptctl.adapters.launch_result import LaunchResult, create_log_file
+from ckptctl.adapters.launcher import Supervisor
 from ckptctl.cli import output
 from ckptctl.cli.app import main
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.ops import launch as ops
 from tests.conftest import REPO, free_port
 
@@ -122,7 +124,7 @@ def wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     return alive
 
 
-def config_for(tmp_path: Path, **launch: Any) -> ops.CkptctlConfig:
+def config_for(tmp_path: Path, **launch: Any) -> CkptctlConfig:
     return ops.load_config(str(write_config(tmp_path, **launch)))
 
 

@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from ckptctl.core.config import (
+from ckptctl.adapters.config_file import parse_config_yaml
+from ckptctl.core.config.checks import parse_nnodes
+from ckptctl.core.config.overrides import ConfigOverrides, apply_overrides
+from ckptctl.core.config.parse import config_from_dict
+from ckptctl.core.config.schema import (
     CkptctlConfig,
-    ConfigOverrides,
     DrainConfig,
     LaunchConfig,
     RecoverConfig,
     SlurmConfig,
-    apply_overrides,
-    config_from_dict,
-    parse_nnodes,
 )
-from ckptctl.core.launch_plan import (
+from ckptctl.core.launch.plan import (
     DEFAULT_JOB_ENV,
     LOCAL_LOG_DIR,
     build_torchrun_argv,
@@ -29,7 +29,6 @@ from ckptctl.core.launch_plan import (
     resolve_log_dir,
 )
 from ckptctl.errors import ConfigError, UsageError
-from ckptctl.ops.launch import parse_config_yaml
 
 TR = ["python", "-m", "torch.distributed.run"]
 

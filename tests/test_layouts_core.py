@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core import layouts as L
-from ckptctl.core import safetensors as st
-from ckptctl.core.pickle_walk import Opaque, PickleWalkError, top_level_keys, walk
-from ckptctl.ops.checkpoints import list_checkpoints
+from ckptctl.core.verify import layouts as L
+from ckptctl.core.verify import safetensors as st
+from ckptctl.core.verify.pickle_walk import Opaque, PickleWalkError, top_level_keys, walk
+from ckptctl.runroot.locate import list_checkpoints
 from tests.test_verify import codes
 
 # -- which framework wrote a directory ----------------------------------------------------------

@@ -1,11 +1,11 @@
-"""RB-7's decisions (ckptctl.core.recover) as tables: triage, drain plan, what follows an attempt."""
+"""RB-7's decisions (ckptctl.core.recover.decisions) as tables: triage, drain plan, what follows an attempt."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckptctl.core import recover as core
-from ckptctl.core.recover import Attempt, decide_after_attempt, decide_triage, plan_drain
+from ckptctl.core.recover import decisions as core
+from ckptctl.core.recover.decisions import Attempt, decide_after_attempt, decide_triage, plan_drain
 
 # -- Classify -> DrainNode / Locate / stop ---------------------------------------------------------
 
@@ -268,7 +268,7 @@ def test_an_interrupted_ckptctl_stops_whatever_the_job_did(
 
 
 def test_every_bad_verdict_falls_back_and_no_other_does() -> None:
-    from ckptctl.core.watch import VERDICTS
+    from ckptctl.core.watch.model import VERDICTS
 
     for verdict in VERDICTS:
         nxt = decide_after_attempt([att(30, 0, verdict)], max_attempts=3)

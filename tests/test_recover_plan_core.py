@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ckptctl.core.config import CkptctlConfig, LaunchConfig, SlurmConfig
-from ckptctl.core.incidents import build_incident, summarize_incidents
-from ckptctl.core.launch_plan import plan_launch
-from ckptctl.core.recover_plan import build_recovery_plan, run_root_conflicts, script_ckpt_roots
-from ckptctl.core.slurm_batch import plan_slurm_batch
+from ckptctl.core.config.schema import CkptctlConfig, LaunchConfig, SlurmConfig
+from ckptctl.core.launch.plan import plan_launch
+from ckptctl.core.launch.slurm_batch import plan_slurm_batch
+from ckptctl.core.recover.incidents import build_incident, summarize_incidents
+from ckptctl.core.recover.plan import build_recovery_plan, run_root_conflicts, script_ckpt_roots
 
 PLAN_KW = dict(
     root_source="argument", config_file="ckptctl.yaml", backend="local", detach=False, drain_kind="slurm",

@@ -20,9 +20,9 @@ import pytest
 
 from ckptctl.adapters.runlock import lock_path
 from ckptctl.adapters.storage import Storage
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import plan_capacity
-from ckptctl.core.recover import DrainCommand
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import plan_capacity
+from ckptctl.core.recover.decisions import DrainCommand
 from ckptctl.ops import recover_steps
 from ckptctl.ops.recover import recover
 from ckptctl.ops.recover_report import CapacityRecord, DrainRecord

@@ -19,10 +19,15 @@ from typer.testing import CliRunner
 from ckptctl.adapters.runlock import HOLD_ENV
 from ckptctl.cli import output
 from ckptctl.cli.app import app
-from ckptctl.core import rollback as rb
-from ckptctl.core.names import unquarantine_name
+from ckptctl.core.names import stamp_of, unquarantine_name
+from ckptctl.core.rollback.model import (
+    NAME_TAKEN,
+    NO_FALLBACK,
+    NOTHING_TO_ROLL_BACK,
+    NOTHING_TO_UNDO,
+)
 from ckptctl.ops import rollback as ops
-from ckptctl.ops.checkpoints import find_latest_complete
+from ckptctl.runroot.locate import find_latest_complete
 from tests.conftest import REPO, upload_tree
 from tests.damage import flip_bit, tensor_data_offset, truncate
 
@@ -67,7 +72,7 @@ def audit_records(root: Path) -> list[dict[str, object]]:
 
 
 def quarantined(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if rb.stamp_of(p.name))
+    return sorted(p.name for p in root.iterdir() if stamp_of(p.name))
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -156,7 +161,7 @@ def test_successive_rollbacks_then_refusal_then_undo_in_reverse(run_root: Path) 
     state = snapshot(run_root)
 
     res = ops.rollback(str(run_root), reason="one more")
-    assert res.refusal is not None and res.refusal.code == rb.NO_FALLBACK
+    assert res.refusal is not None and res.refusal.code == NO_FALLBACK
     assert "no complete checkpoint older than step 10" in res.refusal.message
     assert not res.done and res.locate == str(run_root / "step_10")
     assert snapshot(run_root) == state, "a refusal renames nothing and logs nothing"
@@ -165,7 +170,7 @@ def test_successive_rollbacks_then_refusal_then_undo_in_reverse(run_root: Path) 
     assert ops.undo(str(run_root)).locate == str(run_root / "step_20")
     assert ops.undo(str(run_root)).locate == str(run_root / "step_30")
     res = ops.undo(str(run_root))
-    assert res.refusal is not None and res.refusal.code == rb.NOTHING_TO_UNDO
+    assert res.refusal is not None and res.refusal.code == NOTHING_TO_UNDO
     assert by_original_name(snapshot(run_root)) == original
 
 
@@ -187,7 +192,7 @@ def test_refuses_when_no_earlier_complete_checkpoint(run_root: Path) -> None:
     truncate(run_root / "step_10" / "__1_0.distcp", 0.5)
     before = snapshot(run_root)
     res = ops.rollback(str(run_root), reason="spike")
-    assert res.refusal is not None and res.refusal.code == rb.NO_FALLBACK
+    assert res.refusal is not None and res.refusal.code == NO_FALLBACK
     assert "refusing to roll back step_30" in res.refusal.message
     assert res.locate == str(run_root / "step_30")
     after = snapshot(run_root)
@@ -284,7 +289,7 @@ def test_undo_refuses_when_the_original_name_is_taken(run_root: Path) -> None:
     shutil.copytree(run_root / "step_20", run_root / "step_30")  # training saved step 30 again
     before = snapshot(run_root)
     res = ops.undo(str(run_root))
-    assert res.refusal is not None and res.refusal.code == rb.NAME_TAKEN
+    assert res.refusal is not None and res.refusal.code == NAME_TAKEN
     assert "step_30 exists" in res.refusal.message
     assert snapshot(run_root) == before
     code, out, err = cli("rollback", "--undo", str(run_root))
@@ -303,11 +308,11 @@ def test_a_checkpoint_directory_is_not_a_run_root_and_gets_no_lock(run_root: Pat
     ckpt = run_root / "step_30"
     before = snapshot(ckpt)
     res = ops.rollback(str(ckpt))
-    assert res.refusal is not None and res.refusal.code == rb.NOTHING_TO_ROLL_BACK
+    assert res.refusal is not None and res.refusal.code == NOTHING_TO_ROLL_BACK
     assert res.lock is None
     assert snapshot(ckpt) == before, "nothing written into the checkpoint"
     res = ops.undo(str(ckpt))
-    assert res.refusal is not None and res.refusal.code == rb.NOTHING_TO_UNDO
+    assert res.refusal is not None and res.refusal.code == NOTHING_TO_UNDO
     assert snapshot(ckpt) == before
 
 

@@ -1,11 +1,24 @@
-"""The pure rollback/undo plans (ckptctl.core.rollback) as tables: no I/O, no clock."""
+"""The pure rollback/undo plans (ckptctl.core.rollback.plan) as tables: no I/O, no clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckptctl.core import rollback as rb
-from ckptctl.core.rollback import Actor, Candidate, Refusal, RollbackPlan
+from ckptctl.core.names import stamp_of
+from ckptctl.core.rollback import plan as rb
+from ckptctl.core.rollback.model import (
+    AMBIGUOUS_STEP,
+    NAME_TAKEN,
+    NO_FALLBACK,
+    NO_SUCH_STEP,
+    NOTHING_TO_ROLL_BACK,
+    NOTHING_TO_UNDO,
+    ROOT_CHANGED,
+    Actor,
+    Candidate,
+    Refusal,
+    RollbackPlan,
+)
 
 ACTOR = Actor(user="oncall", host="login-1", pid=4242, tool_version="9.9.9")
 STAMP = "20261121T031200Z"
@@ -69,21 +82,21 @@ def test_rollback_plans(spec: str, step: int | None, source: str, fallback: str,
 
 # (candidates, step, refusal code, words in the message)
 ROLLBACK_REFUSALS = [
-    ("step_30:complete", None, rb.NO_FALLBACK, "no complete checkpoint older than step 30"),
-    ("step_30:complete step_20:corrupt step_10:incomplete", None, rb.NO_FALLBACK, "roll back step_30"),
-    ("step_30:complete step_20.quarantined-20261120T000000Z:complete", None, rb.NO_FALLBACK, "older than step 30"),
-    ("step_30:corrupt step_20:incomplete", None, rb.NOTHING_TO_ROLL_BACK, "nothing to roll back"),
-    ("", None, rb.NOTHING_TO_ROLL_BACK, "nothing to roll back"),
-    ("step_30:complete step_20:complete", 25, rb.NO_SUCH_STEP, "no checkpoint at step 25"),
+    ("step_30:complete", None, NO_FALLBACK, "no complete checkpoint older than step 30"),
+    ("step_30:complete step_20:corrupt step_10:incomplete", None, NO_FALLBACK, "roll back step_30"),
+    ("step_30:complete step_20.quarantined-20261120T000000Z:complete", None, NO_FALLBACK, "older than step 30"),
+    ("step_30:corrupt step_20:incomplete", None, NOTHING_TO_ROLL_BACK, "nothing to roll back"),
+    ("", None, NOTHING_TO_ROLL_BACK, "nothing to roll back"),
+    ("step_30:complete step_20:complete", 25, NO_SUCH_STEP, "no checkpoint at step 25"),
     (
         "step_30.quarantined-20261120T000000Z:complete step_20:complete",
         30,
-        rb.NO_SUCH_STEP,
+        NO_SUCH_STEP,
         "already quarantined: step_30.quarantined-20261120T000000Z",
     ),
-    ("step_30.tmp-1:- step_20:complete", 30, rb.NO_SUCH_STEP, "only a temporary directory"),
-    ("step_30:complete step-30:complete step_20:complete", 30, rb.AMBIGUOUS_STEP, "step-30, step_30"),
-    ("step_30:complete step_20:complete step_10:complete", 10, rb.NO_FALLBACK, "older than step 10"),
+    ("step_30.tmp-1:- step_20:complete", 30, NO_SUCH_STEP, "only a temporary directory"),
+    ("step_30:complete step-30:complete step_20:complete", 30, AMBIGUOUS_STEP, "step-30, step_30"),
+    ("step_30:complete step_20:complete step_10:complete", 10, NO_FALLBACK, "older than step 10"),
 ]
 
 
@@ -246,16 +259,16 @@ def test_undo_of_broken_content_says_locate_will_not_return_it() -> None:
 
 # (candidates, step, other names, refusal code, words)
 UNDO_REFUSALS = [
-    ("step_30:complete step_20:complete", None, (), rb.NOTHING_TO_UNDO, "nothing to undo"),
-    ("step_30.quarantined-20261121T010000Z:complete step_20:complete", 20, (), rb.NOTHING_TO_UNDO, "at step 20"),
+    ("step_30:complete step_20:complete", None, (), NOTHING_TO_UNDO, "nothing to undo"),
+    ("step_30.quarantined-20261121T010000Z:complete step_20:complete", 20, (), NOTHING_TO_UNDO, "at step 20"),
     (
         "step_30.quarantined-20261121T010000Z:complete step_30:complete step_20:complete",
         None,
         (),
-        rb.NAME_TAKEN,
+        NAME_TAKEN,
         "step_30 exists",
     ),
-    ("step_30.quarantined-20261121T010000Z:complete step_20:complete", None, ("step_30",), rb.NAME_TAKEN, "step_30"),
+    ("step_30.quarantined-20261121T010000Z:complete step_20:complete", None, ("step_30",), NAME_TAKEN, "step_30"),
 ]
 
 
@@ -275,21 +288,21 @@ def test_candidate_from_name() -> None:
     assert t is not None and t.is_temp and not t.is_live and t.status is None
     assert Candidate.from_name(".ckptctl") is None
     assert Candidate.from_name("latest") is None
-    assert rb.stamp_of("step_30.quarantined-20261121T010000Z-2") == "20261121T010000Z-2"
-    assert rb.stamp_of("step_30") == ""
+    assert stamp_of("step_30.quarantined-20261121T010000Z-2") == "20261121T010000Z-2"
+    assert stamp_of("step_30") == ""
 
 
 # (candidates still there, vanished, step, refusal code or the plan's (source, fallback))
 VANISHED = [
     # the newest vanished before it was inspected: the "newest" is unknown -> refuse
-    ("step_20:complete step_10:-", "step_30", None, rb.ROOT_CHANGED),
+    ("step_20:complete step_10:-", "step_30", None, ROOT_CHANGED),
     # nothing complete left, but something live vanished: not "nothing to roll back"
-    ("step_20:incomplete step_10:incomplete", "step_30", None, rb.ROOT_CHANGED),
+    ("step_20:incomplete step_10:incomplete", "step_30", None, ROOT_CHANGED),
     # --step target itself, or a newer one than it, vanished
-    ("step_20:complete step_10:complete", "step_30", 20, rb.ROOT_CHANGED),
+    ("step_20:complete step_10:complete", "step_30", 20, ROOT_CHANGED),
     # an older one vanished: decided without it
     ("step_30:complete step_20:complete", "step_10", None, ("step_30", "step_20")),
-    ("step_30:complete step_20:incomplete", "step_10", None, rb.NO_FALLBACK),
+    ("step_30:complete step_20:incomplete", "step_10", None, NO_FALLBACK),
     # a vanished temp or quarantined directory never matters to a rollback
     ("step_30:complete step_20:complete", "step_40.tmp-ab", None, ("step_30", "step_20")),
 ]
@@ -300,7 +313,7 @@ def test_rollback_with_vanished_candidates(spec: str, gone: str, step: int | Non
     got = plan(spec, step=step, vanished=cands(gone))
     if isinstance(want, str):
         assert isinstance(got, Refusal) and got.code == want, got
-        if want == rb.ROOT_CHANGED:
+        if want == ROOT_CHANGED:
             assert gone in got.message
     else:
         assert isinstance(got, RollbackPlan), got
@@ -310,7 +323,7 @@ def test_rollback_with_vanished_candidates(spec: str, gone: str, step: int | Non
 def test_undo_refuses_when_a_quarantined_candidate_vanished() -> None:
     spec = "step_20:complete step_30.quarantined-20261121T031100Z:complete"
     got = undo(spec, vanished=cands("step_30.quarantined-20261121T031000Z"))
-    assert isinstance(got, Refusal) and got.code == rb.ROOT_CHANGED
+    assert isinstance(got, Refusal) and got.code == ROOT_CHANGED
     # one at another step does not matter to an undo --step
     ok = undo(spec, step=30, vanished=cands("step_40.quarantined-20261121T031000Z"))
     assert isinstance(ok, RollbackPlan) and ok.destination == "step_30"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ckptctl.adapters.storage import Entry, Storage
-from ckptctl.core import rollback as rb
+from ckptctl.core.rollback.model import NO_FALLBACK, ROOT_CHANGED
 from ckptctl.ops import rollback as ops
-from ckptctl.ops.checkpoints import find_latest_complete
+from ckptctl.runroot.locate import find_latest_complete
 
 
 def when_listing(
@@ -75,7 +75,7 @@ def test_the_newest_checkpoint_vanishing_mid_walk_refuses_and_renames_nothing(
     fired = when_listing(monkeypatch, "step_30", lambda: shutil.rmtree(run_root / "step_30"))
     res = ops.rollback(str(run_root), reason="spike")
     assert fired
-    assert res.refusal is not None and res.refusal.code == rb.ROOT_CHANGED
+    assert res.refusal is not None and res.refusal.code == ROOT_CHANGED
     assert "step_30 disappeared" in res.refusal.message
     assert not res.done and res.plan is None
     assert names(run_root) == ["step_10", "step_20"]
@@ -91,7 +91,7 @@ def test_an_older_checkpoint_purged_mid_walk_shortens_the_walk_with_a_clear_refu
     fired = when_listing(monkeypatch, "step_20", lambda: shutil.rmtree(run_root / "step_10"))
     res = ops.rollback(str(run_root), reason="spike")
     assert fired
-    assert res.refusal is not None and res.refusal.code == rb.NO_FALLBACK
+    assert res.refusal is not None and res.refusal.code == NO_FALLBACK
     assert any("step_10 disappeared" in w for w in res.warnings), res.warnings
     assert names(run_root) == ["step_20", "step_30"]
     assert audit_actions(run_root) == []
@@ -116,5 +116,5 @@ def test_undo_whose_quarantined_target_vanishes_refuses(
     fired = when_listing(monkeypatch, aside, lambda: shutil.rmtree(run_root / aside))
     res = ops.undo(str(run_root))
     assert fired
-    assert res.refusal is not None and res.refusal.code == rb.ROOT_CHANGED
+    assert res.refusal is not None and res.refusal.code == ROOT_CHANGED
     assert audit_actions(run_root) == ["quarantine"]

@@ -12,9 +12,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from ckptctl.core.manifest import COMMIT_MARKER_NAME
 from ckptctl.core.names import parse_checkpoint_name
-from ckptctl.core.rollback import AuditRecord
+from ckptctl.core.rollback.model import AuditRecord
+from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
 from ckptctl.runroot import audit, mutate
 from ckptctl.runroot.root import RunRoot
 

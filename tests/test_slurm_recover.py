@@ -174,9 +174,9 @@ def test_slurms_usr1_warning_makes_the_trainer_write_an_emergency_checkpoint(
     job's steps; here sent at once with scancel) reaches examples/train.py's workers through
     torchrun (which ignores it), and they write an emergency checkpoint and exit 75."""
     from ckptctl.adapters import slurm
-    from ckptctl.core.config import CkptctlConfig, LaunchConfig, SlurmConfig
-    from ckptctl.core.launch_plan import plan_launch
-    from ckptctl.core.slurm_batch import plan_slurm_batch
+    from ckptctl.core.config.schema import CkptctlConfig, LaunchConfig, SlurmConfig
+    from ckptctl.core.launch.plan import plan_launch
+    from ckptctl.core.launch.slurm_batch import plan_slurm_batch
     from tests.test_recover import TRAIN
 
     root = tmp_path / "run"

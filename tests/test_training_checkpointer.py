@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from ckptctl.core.manifest import check_commit_marker
-from ckptctl.ops.checkpoints import find_latest_complete, verify_checkpoint
+from ckptctl.core.verify.manifest import check_commit_marker
+from ckptctl.runroot.locate import find_latest_complete, verify_checkpoint
 from ckptctl.training import (
     PREEMPTED_EXIT_CODE,
     SAVE_PHASES,
@@ -193,7 +193,7 @@ def test_async_save_writes_the_state_as_it_was_when_save_returned(tmp_path: Path
 
 
 def test_async_staging_uses_the_staging_threads_only_for_the_copy(tmp_path: Path) -> None:
-    from ckptctl.training.checkpointer import PARALLEL_STAGING_MIN_BYTES
+    from ckptctl.training.staging import PARALLEL_STAGING_MIN_BYTES
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

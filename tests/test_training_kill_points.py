@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.ops.checkpoints import verify_checkpoint
+from ckptctl.runroot.locate import verify_checkpoint
 from tests.training_helpers import (
     FORKSERVER_PRELOAD,
     ckptctl_cli,

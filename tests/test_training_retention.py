@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core.retention import RetentionCandidate, RetentionPolicy, plan_retention
+from ckptctl.core.rollback.retention import RetentionCandidate, RetentionPolicy, plan_retention
 
 
 def c(name: str, *, complete: bool = False, in_flight: bool = False) -> RetentionCandidate:

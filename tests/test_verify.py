@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl.core.manifest import MANIFEST_NAME
-from ckptctl.core.verify import PROBLEM_CODES
-from ckptctl.ops.checkpoints import (
-    CheckOptions,
-    CheckpointReport,
+from ckptctl.core.verify.contract import PROBLEM_CODES
+from ckptctl.core.verify.manifest import MANIFEST_NAME
+from ckptctl.runroot.locate import (
     find_latest_complete,
     list_checkpoints,
     verify_checkpoint,
     verify_target,
 )
+from ckptctl.runroot.reports import CheckOptions, CheckpointReport
 from tests.damage import (
     flip_bit,
     hostile_metadata,
@@ -482,7 +481,7 @@ def test_crc_of_pieces_matches_plain_crc() -> None:
     import random
     import zlib
 
-    from ckptctl.core.crc import crc32_of_pieces
+    from ckptctl.core.verify.crc import crc32_of_pieces
 
     rng = random.Random(7)
     for _ in range(50):
@@ -583,7 +582,7 @@ def test_fp4_and_e8m0_checkpoints_are_complete_and_a_future_dtype_is_not_hostile
     ],
 )
 def test_record_scan_admits_torch_dtypes_by_name_and_no_functions(name: str, allowed: bool) -> None:
-    from ckptctl.core.records import is_allowed_global
+    from ckptctl.core.verify.records import is_allowed_global
 
     assert is_allowed_global("torch", name) is allowed
 

@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-from ckptctl.core.logevents import LossPoint, ResumeMarker, match_marker
-from ckptctl.core.losslog import LossLogParser, parse_lines
-from ckptctl.core.watch import analyze
-from ckptctl.core.watch_model import SCHEDULE_RESET, WEIGHTS_ONLY
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LossPoint, ResumeMarker, match_marker
+from ckptctl.core.watch.losslog import LossLogParser, parse_lines
+from ckptctl.core.watch.model import SCHEDULE_RESET, WEIGHTS_ONLY
 
 
 def _curve(x: float) -> float:

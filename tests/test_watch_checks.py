@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptctl.core.losslog import parse_lines
-from ckptctl.core.watch import (
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.losslog import parse_lines
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,
     LOSS_SCALE_RESTART,
@@ -24,7 +25,6 @@ from ckptctl.core.watch import (
     THROUGHPUT_REGRESSION,
     TOKENS_MISMATCH,
     WatchReport,
-    analyze,
 )
 
 T0 = 1_760_000_000.0
@@ -238,9 +238,9 @@ def test_restore_step_past_the_last_step_reached_is_skipped() -> None:
 def test_restore_step_past_the_last_step_without_a_clock_is_a_note() -> None:
     """With no timestamps, a restore past the last logged step cannot be told from a log that
     lost its buffered tail (the far more common case): a note, never skipped-steps."""
-    from ckptctl.core.logevents import ResumeMarker
-    from ckptctl.core.watch_model import Segment, TracePoint
-    from ckptctl.core.watch_resume import check_marker_steps
+    from ckptctl.core.watch.logevents import ResumeMarker
+    from ckptctl.core.watch.model import Segment, TracePoint
+    from ckptctl.core.watch.resume import check_marker_steps
 
     pre = [TracePoint(step=s, loss=2.0, line_no=s, source="log") for s in range(100, 1400, 100)]
     marker = ResumeMarker(line_no=2000, step=2300, text="Resuming training from step-00002300")

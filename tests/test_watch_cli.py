@@ -20,7 +20,7 @@ from ckptctl.adapters.follow import LineReader
 from ckptctl.cli import output as out
 from ckptctl.cli.app import app
 from ckptctl.cli.watch import LogFormat
-from ckptctl.core.losslog import FORMATS
+from ckptctl.core.watch.losslog import FORMATS
 from ckptctl.errors import InputError, UsageError
 from ckptctl.ops import watch as ops
 
@@ -461,9 +461,10 @@ def test_real_trainer_crash_and_resume(tmp_path: Path) -> None:
 def test_cli_defaults_match_the_watch_config() -> None:
     """cli/watch.py spells out WatchConfig's defaults (so --help need not import the core)."""
     from ckptctl.cli import watch as cli_watch
+    from ckptctl.core.watch.model import WatchConfig
     from ckptctl.ops import watch as ops_watch
 
-    cfg = ops_watch.WatchConfig()
+    cfg = WatchConfig()
     for name, value in vars(cli_watch._DEFAULTS).items():
         assert getattr(cfg, name) == value, name
     assert cli_watch.DEFAULT_TIMEOUT_S == ops_watch.DEFAULT_TIMEOUT_S

@@ -9,19 +9,18 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptctl.core.losslog import (
+from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.logtokens import clean_line
+from ckptctl.core.watch.losslog import (
     AUTO,
     FORMATS,
-    LogEvent,
     LossLogParser,
-    LossPoint,
     PatternError,
-    ResumeMarker,
-    clean_line,
     compile_pattern,
     parse_lines,
 )
-from ckptctl.core.watch import (
+from ckptctl.core.watch.model import (
     CONTINUOUS,
     DIVERGED,
     INSUFFICIENT,
@@ -32,13 +31,10 @@ from ckptctl.core.watch import (
     VERDICTS,
     WatchConfig,
     WatchConfigError,
-    WatchSession,
-    analyze,
-    curvature_free_residuals,
-    fit_trend,
-    robust_spread,
-    select_rank,
 )
+from ckptctl.core.watch.resume import select_rank
+from ckptctl.core.watch.session import WatchSession
+from ckptctl.core.watch.stats import curvature_free_residuals, fit_trend, robust_spread
 
 # -- parsing: one line of each format ------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ckptctl.adapters import metric_sources
-from ckptctl.core.manifest import Manifest
+from ckptctl.core.verify.manifest import Manifest
 from ckptctl.errors import InputError, UsageError
 from ckptctl.ops import watch as ops
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from ckptctl.adapters.follow import LineReader
-from ckptctl.core import logkeys as lk
-from ckptctl.core import logtokens as lt
-from ckptctl.core.losslog import MAX_LINE_CHARS, LossLogParser, LossPoint, ResumeMarker, parse_lines
+from ckptctl.core.watch import logkeys as lk
+from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.logevents import LossPoint, ResumeMarker
+from ckptctl.core.watch.logtokens import MAX_LINE_CHARS
+from ckptctl.core.watch.losslog import LossLogParser, parse_lines
 
 # (text, key, value, total)
 FIELDS = [
@@ -258,7 +260,7 @@ def test_mangled_lines_never_raise(seed: int) -> None:
     import random
     import string
 
-    from ckptctl.core.watch import analyze
+    from ckptctl.core.watch.analyze import analyze
 
     rng = random.Random(seed)
     alphabet = string.printable + "\x1b\r{}[]()|:=/,.-+eE nanif" + "".join(chr(i) for i in range(0x2500, 0x2508))

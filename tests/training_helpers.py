@@ -105,7 +105,7 @@ def file_crc32(path: Path) -> str:
 def independently_complete(step_dir: Path) -> str | None:
     """None if the directory is a committed ckptctl checkpoint whose every file matches the
     manifest (size and CRC-32), else why not. Written without ckptctl's verifier, on purpose."""
-    from ckptctl.core.manifest import check_commit_marker
+    from ckptctl.core.verify.manifest import check_commit_marker
 
     if ".tmp" in step_dir.name:
         return "temporary name"
@@ -146,7 +146,7 @@ FORKSERVER_PRELOAD = [
     "numpy.random",
     "fsspec",
     "ckptctl.training",
-    "ckptctl.ops.checkpoints",
+    "ckptctl.runroot.locate",
     "tests.training_helpers",
 ]
 

@@ -5,8 +5,8 @@ a ``torch.save`` archive's end-of-central-directory record and member table, eve
 member lying inside the file; JSON by parsing (size-capped); safetensors by its
 header against the file size. The deep check reads every byte of an archive and
 compares each member's CRC-32, and walks ``data.pkl`` without running it
-(``ckptctl.core.records``). Nothing is unpickled: top-level keys come from
-``ckptctl.core.pickle_walk``.
+(``ckptctl.core.verify.records``). Nothing is unpickled: top-level keys come from
+``ckptctl.core.verify.pickle_walk``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
 from ckptctl.adapters.storage import Storage
-from ckptctl.core import safetensors as st
-from ckptctl.core import verify as v
-from ckptctl.core.crc import crc32_combine
-from ckptctl.core.pickle_walk import Opaque, PickleWalkError, walk
-from ckptctl.core.records import (
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import safetensors as st
+from ckptctl.core.verify.crc import crc32_combine
+from ckptctl.core.verify.pickle_walk import Opaque, PickleWalkError, walk
+from ckptctl.core.verify.records import (
     TAIL_READ_BYTES,
     HostileGlobal,
     Member,

@@ -22,11 +22,10 @@ from typing import Any
 from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import STATE_DIR_NAME
-from ckptctl.core.rollback import Actor
+from ckptctl.core.rollback.model import Actor
 
 __all__ = [
     "AUDIT_LOG_NAME",
-    "STATE_DIR_NAME",
     "AuditLog",
     "append_record",
     "audit_log_path",

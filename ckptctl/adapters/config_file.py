@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from ckptctl.core.config import CkptctlConfig, ConfigOverrides, apply_overrides, config_from_dict
+from ckptctl.core.config.overrides import ConfigOverrides, apply_overrides
+from ckptctl.core.config.parse import config_from_dict
+from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.errors import ConfigError
 
 #: Looked for in the working directory when no ``--config`` is given.

@@ -5,7 +5,7 @@ so a hostile file runs code. Here a restricted unpickler admits only the DCP
 metadata classes, torch's size/dtype/layout helpers and ``pathlib`` paths, each
 mapped to an inert stand-in; any other global is refused (``disallowed global``)
 and nothing in the file runs. The stand-ins are then converted into the plain
-``ckptctl.core.dcp`` model.
+``ckptctl.core.verify.dcp`` model.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pathlib
 import pickle
 from typing import Any, Literal
 
-from ckptctl.core.bounded_repr import bounded_repr as show
-from ckptctl.core.dcp import (
+from ckptctl.core.verify.bounded_repr import bounded_repr as show
+from ckptctl.core.verify.dcp import (
     MAX_INDEX_INT,
     Chunk,
     DcpIndex,
@@ -25,7 +25,7 @@ from ckptctl.core.dcp import (
     is_dtype_name,
     is_metadata_name,
 )
-from ckptctl.core.pickle_shape import PickleShapeError, check_shape
+from ckptctl.core.verify.pickle_shape import PickleShapeError, check_shape
 
 #: The largest ``.metadata`` (or rank-local ``__r.metadata``) read. Genuine ones hold about
 #: 200 bytes per chunk: 512 MiB is millions of chunks. Bigger is reported, never read whole.

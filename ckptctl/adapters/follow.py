@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from ckptctl.adapters.storage import Storage
-from ckptctl.core.logtokens import MAX_LINE_CHARS
+from ckptctl.core.watch.logtokens import MAX_LINE_CHARS
 from ckptctl.errors import UsageError
 
 #: Bytes read per request.

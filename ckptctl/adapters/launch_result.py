@@ -1,7 +1,4 @@
-"""How a supervised job ended (``LaunchResult``), the launch error, and the job's log file.
-
-Import these names from ``ckptctl.adapters.launcher``.
-"""
+"""How a supervised job ended (``LaunchResult``), the launch error, and the job's log file."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl import exit_codes
-from ckptctl.core.launch_plan import exit_code_for, signal_name
+from ckptctl.core.launch.plan import exit_code_for, signal_name
 from ckptctl.errors import CkptctlError
 
 __all__ = ["LaunchError", "LaunchResult", "create_log_file"]
@@ -56,7 +53,7 @@ class LaunchResult:
 
     @property
     def exit_code(self) -> int:
-        """ckptctl's exit code for this job (see ``core.launch_plan.exit_code_for``)."""
+        """ckptctl's exit code for this job (see ``core.launch.plan.exit_code_for``)."""
         return exit_code_for(self.returncode, self.interrupted_by)
 
     @property

@@ -27,7 +27,7 @@ and the job runs on without its console.
 
 The parts live by responsibility: ``jobtree`` (the job's processes and how they
 are signalled), ``launch_result`` (``LaunchResult``, ``LaunchError``, the log
-file) and here the ``Supervisor``; every public name is importable from here.
+file) and here the ``Supervisor``.
 """
 
 from __future__ import annotations
@@ -51,20 +51,15 @@ from ckptctl.adapters.jobtree import (
     _signal_group,
     _signal_pid,
     _still_running,
-    kill_job_tree,
 )
-from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow, create_log_file
-from ckptctl.core.launch_plan import signal_name, signal_of
+from ckptctl.adapters.launch_result import LaunchError, LaunchResult, _iso, _utcnow
+from ckptctl.core.launch.plan import signal_name, signal_of
 
 __all__ = [
     "FORWARDED_SIGNALS",
-    "LaunchError",
-    "LaunchResult",
     "LineFn",
     "OutputFn",
     "Supervisor",
-    "create_log_file",
-    "kill_job_tree",
     "run_supervised",
 ]
 

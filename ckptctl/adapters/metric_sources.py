@@ -28,8 +28,8 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
-from ckptctl.core import logkeys as lk
-from ckptctl.core import logtokens as lt
+from ckptctl.core.watch import logkeys as lk
+from ckptctl.core.watch import logtokens as lt
 from ckptctl.errors import InputError, UsageError
 
 TENSORBOARD = "tensorboard"

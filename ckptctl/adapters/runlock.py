@@ -56,8 +56,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.adapters.audit import STATE_DIR_NAME, current_actor
+from ckptctl.adapters.audit import current_actor
 from ckptctl.adapters.storage import Storage
+from ckptctl.core.names import STATE_DIR_NAME
 from ckptctl.errors import LockHeldError, NotFoundError, StorageError, StorageUnreachableError
 
 LOCK_NAME = "lock"

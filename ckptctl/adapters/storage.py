@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
-from ckptctl.adapters.localfile import SpecialFileError, open_regular
+from ckptctl.adapters.localfile import open_regular
 from ckptctl.errors import NotFoundError, StorageError, StorageUnreachableError
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ STORAGE_OPTIONS_ENV = "CKPTCTL_STORAGE_OPTIONS"
 #: a bigger (or sparse 1 TB) file is refused after reading this much, never read whole.
 MAX_WHOLE_READ_BYTES = 512 << 20
 
-__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "SpecialFileError", "Storage"]
+__all__ = ["MAX_WHOLE_READ_BYTES", "STORAGE_OPTIONS_ENV", "Entry", "FileTooLargeError", "Storage"]
 
 
 class FileTooLargeError(StorageError):

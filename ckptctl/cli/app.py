@@ -12,7 +12,17 @@ import sys
 import typer
 
 from ckptctl import __version__, exit_codes
-from ckptctl.cli import cadence, checkpoints, classify, launch, recover, rollback, status, watch
+from ckptctl.cli import (
+    cadence,
+    checkpoints,
+    classify,
+    launch,
+    recover,
+    report,
+    rollback,
+    status,
+    watch,
+)
 from ckptctl.cli import output as out
 from ckptctl.errors import CkptctlError
 
@@ -43,7 +53,7 @@ def _root(
     """ckptctl: the RB-7 checkpoint recovery runbook as commands."""
 
 
-for _module in (checkpoints, classify, watch, rollback, launch, recover, status, cadence):
+for _module in (checkpoints, classify, watch, rollback, launch, recover, status, report, cadence):
     _module.register(app)
 
 

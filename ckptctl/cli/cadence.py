@@ -11,7 +11,7 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from ckptctl.ops import cadence as ops_t
+    from ckptctl.ops.cadence import CadenceResult
 
 RootArg = Annotated[
     str,
@@ -32,9 +32,9 @@ def cadence(root: RootArg, mtbf: MtbfOpt = None, json_output: JsonOpt = False) -
 
     Exit 0, or 3 when checkpoints come less often than failures (interval above MTBF).
     """
-    from ckptctl.ops import cadence as ops
+    from ckptctl.ops import cadence as cadence_ops
 
-    result = ops.cadence(root, mtbf=mtbf)
+    result = cadence_ops.cadence(root, mtbf=mtbf)
     if json_output:
         out.emit_json(result.to_json())
     else:
@@ -44,7 +44,7 @@ def cadence(root: RootArg, mtbf: MtbfOpt = None, json_output: JsonOpt = False) -
     )
 
 
-def _render(result: ops_t.CadenceResult) -> None:
+def _render(result: CadenceResult) -> None:
     out.print_line(f"cadence: {result.report.status}  [{result.root}]")
     for line in result.report.explanation:
         out.print_line(f"  {line}")

@@ -20,9 +20,10 @@ from ckptctl.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from ckptctl.ops import checkpoints as ops_t
+    from ckptctl.runroot.reports import CheckOptions, CheckpointReport
 
-# ops modules are imported inside each command: `ckptctl --help` must stay fast.
+# The read-only use cases (runroot.locate) are imported inside each command: `ckptctl --help`
+# must stay fast.
 
 AllowGlobalOpt = Annotated[
     list[str] | None,
@@ -48,7 +49,7 @@ def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{s}[/]"
 
 
-def _render_report(r: ops_t.CheckpointReport) -> None:
+def _render_report(r: CheckpointReport) -> None:
     console = out.out()
     ws = f"{r.world_size} ({r.world_size_source})" if r.world_size else "unknown"
     console.print(f"{_status(r.status)}  {escape(r.path)}")
@@ -77,10 +78,10 @@ def _options(
     allow: list[str] | None,
     require: str | None = None,
     include_model_only: bool = False,
-) -> ops_t.CheckOptions:
-    from ckptctl.ops import checkpoints as ops
+) -> CheckOptions:
+    from ckptctl.runroot.reports import CheckOptions
 
-    return ops.CheckOptions(
+    return CheckOptions(
         deep=deep or check_finite,
         world_size=world_size,
         check_finite=check_finite,
@@ -97,10 +98,11 @@ def list_cmd(
     world_size: WorldSizeOpt = None,
 ) -> None:
     """List every checkpoint under ROOT, newest first, with its verified status."""
-    from ckptctl.ops import checkpoints as ops
+    from ckptctl.runroot.locate import list_checkpoints
+    from ckptctl.runroot.reports import iso_time
 
     with out.byte_progress("verifying") as bp:
-        result = ops.list_checkpoints(root, options=_options(deep, world_size, False, None), progress=bp.advance)
+        result = list_checkpoints(root, options=_options(deep, world_size, False, None), progress=bp.advance)
     if json_:
         out.emit_json(result.to_json())
     else:
@@ -112,7 +114,7 @@ def list_cmd(
         for col in ("STEP", "NAME", "STATUS", "WORLD", "SIZE", "MODIFIED", "REASON"):
             table.add_column(col, no_wrap=col != "REASON")
         for c in result.checkpoints:
-            mtime = ops.iso_time(c.mtime_s) or "-"
+            mtime = iso_time(c.mtime_s) or "-"
             table.add_row(
                 str(c.step) if c.step is not None else "-",
                 escape(c.name),
@@ -144,10 +146,11 @@ def locate_cmd(
     include_model_only: IncludeModelOnlyOpt = False,
 ) -> None:
     """Print the path of the newest COMPLETE checkpoint under ROOT (nothing else on stdout)."""
-    from ckptctl.ops import checkpoints as ops
+    from ckptctl.runroot.locate import find_latest_complete
+    from ckptctl.runroot.reports import pointer_agrees
 
     with out.byte_progress("verifying") as bp:
-        result = ops.find_latest_complete(
+        result = find_latest_complete(
             root,
             options=_options(deep, world_size, False, None, require, include_model_only),
             before_step=before,
@@ -162,7 +165,7 @@ def locate_cmd(
     elif result.checkpoint is not None:
         out.print_line(result.checkpoint.path)
     for p in result.pointers:
-        if result.checkpoint is not None and not ops.pointer_agrees(p, result.checkpoint):
+        if result.checkpoint is not None and not pointer_agrees(p, result.checkpoint):
             out.warn(f"{p.file} names {p.names!r}, but the newest complete checkpoint is {result.checkpoint.name}")
     if result.checkpoint is None:
         where = f" older than step {before}" if before is not None else ""
@@ -184,10 +187,10 @@ def verify_cmd(
     require: RequireOpt = None,
 ) -> None:
     """Prove a checkpoint complete (or every checkpoint under a run root); report every problem."""
-    from ckptctl.ops import checkpoints as ops
+    from ckptctl.runroot.locate import verify_target
 
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
-        result = ops.verify_target(
+        result = verify_target(
             target, options=_options(deep, world_size, check_finite, allow_global, require), progress=bp.advance
         )
     if json_:

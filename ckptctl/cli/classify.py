@@ -16,8 +16,9 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
-    from ckptctl.core.classify import Event, Suspect
-    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.core.classify.events import Event
+    from ckptctl.core.classify.suspects import Suspect
+    from ckptctl.ops.classify_result import ClassifyResult
 
 # ops is imported inside the command: `ckptctl --help` must stay fast.
 
@@ -63,12 +64,12 @@ def register(app: typer.Typer) -> None:
         """Classify a crashed training job from its logs: infra (drain the named hosts and
         resume), job (fix it, do not resume), preemption (just resume) or unknown (and which
         log would settle it). Exit code 10/11/12/13 by verdict."""
-        from ckptctl.ops import classify as ops
+        from ckptctl.ops import classify as classify_ops
         from ckptctl.ops.launch import load_config
 
         configured = load_config(config_path).classify.signatures
         with out.byte_progress("reading logs") as bar:
-            result = ops.classify_logs(
+            result = classify_ops.classify_logs(
                 logs, extra_signature_files=[*configured, *(signatures or [])], progress=bar.advance, jobs=jobs
             )
         for s in result.skipped:
@@ -139,7 +140,8 @@ def _render(result: ClassifyResult) -> None:
         console.print(f"[bold]Suspect hosts:[/] {escape(', '.join(v.suspect_hosts))}")
     if v.suspects:
         console.print("")
-        console.print("[bold]Suspects[/]")
+        stopped_only = all(sus.role == "stopped" for sus in v.suspects)
+        console.print("[bold]Stopped from outside (nothing wrong with them)[/]" if stopped_only else "[bold]Suspects[/]")
         for sus in v.suspects:
             console.print(f"  {sus.role:<13} {escape(_suspect_where(sus))}: {escape(sus.reason)}", highlight=False)
     console.print("")

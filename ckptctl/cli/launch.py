@@ -84,8 +84,8 @@ def launch_cmd(
 ) -> None:
     """Run the training job under torchrun elastic, supervised: output to the console and to
     a log file, Ctrl-C/SIGTERM forwarded to the job as SIGTERM, the job's exit code returned."""
-    from ckptctl.core.config import ConfigOverrides
-    from ckptctl.ops import launch as ops
+    from ckptctl.core.config.overrides import ConfigOverrides
+    from ckptctl.ops import launch as launch_ops
 
     words = list(command or [])
     overrides = ConfigOverrides(
@@ -101,8 +101,8 @@ def launch_cmd(
         script_args=tuple(words[1:]) if words else None,
         exclude_hosts=tuple(exclude_host or ()),
     )
-    cfg = ops.load_config(config, overrides)
-    plan = ops.prepare_launch(cfg, resume_from=ops.resolve_resume_from(cfg, resume_from))
+    cfg = launch_ops.load_config(config, overrides)
+    plan = launch_ops.prepare_launch(cfg, resume_from=launch_ops.resolve_resume_from(cfg, resume_from))
     for w in plan.warnings:
         out.warn(w)
 
@@ -137,7 +137,7 @@ def launch_cmd(
     def started(supervisor: Supervisor) -> None:
         out.info(f"job pid {supervisor.pid}, log {supervisor.log_path}")
 
-    result = ops.run_launch(plan, on_output=console, on_start=started)
+    result = launch_ops.run_launch(plan, on_output=console, on_start=started)
     for n in result.notes:
         out.warn(n)
     if json_:

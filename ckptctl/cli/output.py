@@ -90,6 +90,25 @@ def print_line(text: str) -> None:
     sys.stdout.flush()
 
 
+def print_loss_chart(watch: dict[str, Any], indent: str = "") -> None:
+    """The chart of the losses around a resume (``cli.loss_chart``) on stdout, if the watch has a curve.
+
+    A terminal gets rich text (colours, Unicode glyphs); anything else the plain ASCII grid.
+    """
+    from ckptctl.cli import loss_chart
+
+    console = out()
+    lines = loss_chart.chart_lines(watch, unicode=console.is_terminal)
+    if not lines:
+        return
+    if console.is_terminal:
+        for text in loss_chart.as_text(lines):
+            console.print(indent, text, sep="", soft_wrap=True)
+    else:
+        for line in loss_chart.as_plain(lines):
+            print_line(indent + line)
+
+
 def info(message: str) -> None:
     err().print(escape(message))
 

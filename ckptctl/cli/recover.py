@@ -13,7 +13,7 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, DeepOpt, DryRunOpt, JsonOpt, SignaturesOpt
 
 if TYPE_CHECKING:
-    from ckptctl.ops.recover import RecoveryReport
+    from ckptctl.ops.recover_report import RecoveryReport
 
 
 def _render(report: RecoveryReport) -> None:
@@ -70,6 +70,8 @@ def _render(report: RecoveryReport) -> None:
             facts += ["still running"] if job.get("still_running") else []
             shown = f" ({', '.join(facts)})" if facts else ""
             c.print(f"  job: {job.get('backend')} {job.get('job_id')}{shown}")
+        if isinstance(j.get("watch"), dict):
+            out.print_loss_chart(j["watch"], indent="  ")
     for r in report.rollbacks:
         if r.refusal is not None or r.plan is None:
             c.print(f"rollback refused: {escape(r.refusal.message if r.refusal else 'no plan')}")

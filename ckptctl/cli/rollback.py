@@ -11,7 +11,7 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import DeepOpt, DryRunOpt, JsonOpt, RootArg
 
 if TYPE_CHECKING:
-    from ckptctl.ops import rollback as ops_t
+    from ckptctl.ops.rollback import RollbackResult
 
 # ops is imported inside each command: `ckptctl --help` stays fast.
 
@@ -34,7 +34,7 @@ ReasonOpt = Annotated[
 ]
 
 
-def _render(result: ops_t.RollbackResult) -> None:
+def _render(result: RollbackResult) -> None:
     plan = result.plan
     if plan is not None:
         title = "plan" if result.dry_run else result.operation
@@ -72,15 +72,15 @@ def rollback_cmd(
     rename is recorded in ROOT/.ckptctl/audit.jsonl. Refuses (exit 3) when no earlier
     complete checkpoint exists; exit 4 when another ckptctl holds the run-root lock.
     """
-    from ckptctl.ops import rollback as ops
+    from ckptctl.ops import rollback as rollback_ops
 
     if undo and deep:
         raise typer.BadParameter("--deep verifies the fallback of a rollback; --undo has none", param_hint="--deep")
     with out.byte_progress("deep verify" if deep else "verifying") as bp:
         if undo:
-            result = ops.undo(root, step=step, reason=reason, dry_run=dry_run, progress=bp.advance)
+            result = rollback_ops.undo(root, step=step, reason=reason, dry_run=dry_run, progress=bp.advance)
         else:
-            result = ops.rollback(
+            result = rollback_ops.rollback(
                 root, step=step, reason=reason, deep=deep, dry_run=dry_run, progress=bp.advance
             )
     if json_:
@@ -111,9 +111,9 @@ def _audit_line(rec: dict[str, Any]) -> str:
 
 def audit_cmd(root: RootArg, json_: JsonOpt = False) -> None:
     """Show ROOT's audit log (every rollback, undo and broken stale lock), oldest first."""
-    from ckptctl.ops import rollback as ops
+    from ckptctl.ops import rollback as rollback_ops
 
-    log = ops.read_audit(root)
+    log = rollback_ops.read_audit(root)
     if json_:
         out.emit_json(log.to_json())
     else:

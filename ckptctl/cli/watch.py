@@ -13,13 +13,13 @@ from ckptctl.cli import output as out
 from ckptctl.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from ckptctl.ops import watch as ops_t
+    from ckptctl.ops.watch import WatchResult
 
 # The ops/core modules are imported inside the command: `ckptctl --help` stays fast.
 
 
 class LogFormat(str, Enum):
-    """``--format`` choices (``ckptctl.core.losslog.FORMATS`` plus auto)."""
+    """``--format`` choices (``ckptctl.core.watch.losslog.FORMATS`` plus auto)."""
 
     auto = "auto"
     ckptctl = "ckptctl"
@@ -193,14 +193,14 @@ def watch(
     Exit 0 when continuous, 3 for a problem (spike, nan, replayed-steps, skipped-steps,
     tokens-mismatch, schedule-reset, diverged), 5 for insufficient-data (not decided).
     """
-    from ckptctl.ops import watch as ops
+    from ckptctl.ops import watch as watch_ops
 
     checkpoint_tokens: float | None = None
     if checkpoint is not None:
-        ckpt_step, checkpoint_tokens = ops.read_checkpoint(checkpoint)
+        ckpt_step, checkpoint_tokens = watch_ops.read_checkpoint(checkpoint)
         resume_step = ckpt_step if resume_step is None else resume_step
 
-    config = ops.make_config(
+    config = watch_ops.make_config(
         num_steps=steps,
         window=window,
         k=k,
@@ -220,7 +220,7 @@ def watch(
             + (f" or {timeout:g} s" if timeout else "")
             + f" ({steps} points after the resume)"
         )
-    result = ops.watch_log(
+    result = watch_ops.watch_log(
         log,
         baseline_path=baseline,
         resume_step=resume_step,
@@ -248,7 +248,7 @@ def exit_code(verdict: str) -> int:
     return exit_codes.PROBLEM
 
 
-def _render(result: ops_t.WatchResult) -> None:
+def _render(result: WatchResult) -> None:
     r = result.report
     where = (
         result.log
@@ -266,6 +266,7 @@ def _render(result: ops_t.WatchResult) -> None:
         out.print_line(f"  note: {note}")
     if r.confidence is not None:
         out.print_line(f"  confidence: {r.confidence}")
+    out.print_loss_chart(result.to_json())
 
 
 def register(app: typer.Typer) -> None:

@@ -29,18 +29,48 @@ TEMP_TAG = ".tmp-"
 _DELETING = "deleting-"
 _SUPERSEDED = "superseded-"
 
+#: The marker before the step in each framework's step-directory names (``step_120``,
+#: ``step-120``, ``iter_0000120``, ``global_step120``, ``checkpoint-120``, ``checkpoint_120``).
+STEP_MARKERS: dict[str, str] = {
+    "ckptctl": "step_",
+    "torchtitan": "step-",
+    "megatron": "iter_",
+    "deepspeed": "global_step",
+    "hf": "checkpoint-",
+    "accelerate": "checkpoint_",
+}
+#: Each framework's step directory, exactly (the step is group "step"): the names the layouts of
+#: ``core.verify.layouts`` recognise a framework's checkpoint by.
+STEP_DIR_NAMES: dict[str, str] = {
+    **{fw: rf"^{re.escape(marker)}(?P<step>\d+)$" for fw, marker in STEP_MARKERS.items()},
+    "lightning": r"^(?:.*[-_])?step=(?P<step>\d+)(?:[-_].*)?\.ckpt$",
+}
+
+# What torch.save archives are called (single-file checkpoints).
+_FILE_SUFFIXES = r"\.(?:pt|pth|pth\.tar|ckpt|bin|tar)"
+#: A single-file checkpoint by its suffix: ``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``, ``.bin``, ``.tar``.
+FILE_CHECKPOINT_SUFFIX = re.compile(_FILE_SUFFIXES + "$", re.IGNORECASE)
+#: A ``torch.save`` file's name (group ``stem``: the name without its suffix).
+TORCH_SAVE_FILE_NAME = r"^(?P<stem>.+?)" + _FILE_SUFFIXES + "$"
+#: The step in a Lightning checkpoint's name (``epoch=0-step=400.ckpt``), searched.
+LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(?P<step>\d+)(?:[-_]|\.ckpt$|$)")
+#: The step in a single-file checkpoint's stem (``checkpoint-3``, ``model_step_40``).
+FILE_STEP = re.compile(
+    r"^(?:.*?[-_])?(?:checkpoint|ckpt|model|step|iter|epoch|global_step)[-_=]?(?P<step>\d+)$", re.IGNORECASE
+)
+
 # ckptctl's own names (the training library writes only these; retention touches only these).
-_CKPTCTL_FINAL = re.compile(r"^step_(?P<step>\d+)$")
+_CKPTCTL_FINAL = re.compile(STEP_DIR_NAMES["ckptctl"])
 _CKPTCTL_TEMP = re.compile(r"^step_(?P<step>\d+)\.tmp-[0-9A-Za-z-]+$")
 
 # (framework, regex). The step is group "step". Anchored on the left so that
 # "my_step_1" is not a checkpoint; the tail (?P<tail>...) may hold a temp marker.
+# accelerate's checkpoint_N is found by the generic pattern (framework "generic").
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("ckptctl", re.compile(r"^(?P<pre>.*?)step_(?P<step>\d+)(?P<tail>.*)$")),
-    ("torchtitan", re.compile(r"^(?P<pre>.*?)step-(?P<step>\d+)(?P<tail>.*)$")),
-    ("megatron", re.compile(r"^(?P<pre>.*?)iter_(?P<step>\d+)(?P<tail>.*)$")),
-    ("deepspeed", re.compile(r"^(?P<pre>.*?)global_step(?P<step>\d+)(?P<tail>.*)$")),
-    ("hf", re.compile(r"^(?P<pre>.*?)checkpoint-(?P<step>\d+)(?P<tail>.*)$")),
+    *(
+        (fw, re.compile(rf"^(?P<pre>.*?){re.escape(STEP_MARKERS[fw])}(?P<step>\d+)(?P<tail>.*)$"))
+        for fw in ("ckptctl", "torchtitan", "megatron", "deepspeed", "hf")
+    ),
     ("generic", re.compile(r"^(?P<pre>.*?)(?:ckpt|checkpoint|step|epoch)[_-]?(?P<step>\d+)(?P<tail>.*)$")),
 )
 

@@ -4,7 +4,7 @@ Reads the run root (read-only): each complete-looking checkpoint directory's
 ckptctl manifest (``created_unix_s``, ``save_duration_s``) or, without one, its
 files' modification times; and the audit log's recovery records
 (``<root>/.ckptctl/audit.jsonl``, action ``recover``) as the observed failures.
-The numbers come from ``ckptctl.core.cadence.plan_cadence``.
+The numbers come from ``ckptctl.core.recover.cadence.plan_cadence``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ckptctl.adapters import audit
+from ckptctl.adapters.audit import read_log
 from ckptctl.adapters.storage import Storage
-from ckptctl.core import cadence as core
-from ckptctl.core.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from ckptctl.core.names import parse_checkpoint_name
+from ckptctl.core.recover.cadence import (
+    CadenceReport,
+    CheckpointTiming,
+    DurationError,
+    parse_duration,
+    plan_cadence,
+)
+from ckptctl.core.verify.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from ckptctl.errors import InputError, UsageError
 
 SCHEMA = "ckptctl.cadence/1"
@@ -29,8 +35,8 @@ MAX_MANIFEST_BYTES = 16 << 20
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CadenceResult:
     root: str
-    report: core.CadenceReport
-    checkpoints: tuple[core.CheckpointTiming, ...]
+    report: CadenceReport
+    checkpoints: tuple[CheckpointTiming, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,8 +58,8 @@ class CadenceResult:
 def cadence(root: str, *, mtbf: str | None = None) -> CadenceResult:
     """Measure the run root's cadence; ``mtbf`` as ``90m``/``3h``/``2d`` overrides the audit log."""
     try:
-        mtbf_s = core.parse_duration(mtbf) if mtbf is not None else None
-    except core.DurationError as e:
+        mtbf_s = parse_duration(mtbf) if mtbf is not None else None
+    except DurationError as e:
         raise UsageError(f"--mtbf: {e}") from e
     storage, path = Storage.for_url(root)
     if storage.info(path) is None:
@@ -72,11 +78,11 @@ def cadence(root: str, *, mtbf: str | None = None) -> CadenceResult:
         if (t := _timing(storage, e.path, cn.step)) is not None
     ]
     failures = _failure_times(storage, path)
-    report = core.plan_cadence(timings, failure_times_s=failures, mtbf_s=mtbf_s)
+    report = plan_cadence(timings, failure_times_s=failures, mtbf_s=mtbf_s)
     return CadenceResult(root=root, report=report, checkpoints=tuple(timings))
 
 
-def _timing(storage: Storage, ckpt: str, step: int) -> core.CheckpointTiming | None:
+def _timing(storage: Storage, ckpt: str, step: int) -> CheckpointTiming | None:
     entries = [e for e in storage.list_dir(ckpt) if not e.is_dir]
     manifest = next((e for e in entries if e.name == MANIFEST_NAME), None)
     if manifest is not None and manifest.size_bytes <= MAX_MANIFEST_BYTES:
@@ -86,7 +92,7 @@ def _timing(storage: Storage, ckpt: str, step: int) -> core.CheckpointTiming | N
             m = None
         if m is not None and m.created_unix_s is not None:
             end = m.created_unix_s + (m.save_duration_s or 0.0)
-            return core.CheckpointTiming(
+            return CheckpointTiming(
                 step=step,
                 time_s=end,
                 save_duration_s=m.save_duration_s,
@@ -96,14 +102,14 @@ def _timing(storage: Storage, ckpt: str, step: int) -> core.CheckpointTiming | N
     if not times:
         return None
     span = max(times) - min(times) if len(times) >= 2 else None
-    return core.CheckpointTiming(
+    return CheckpointTiming(
         step=step, time_s=max(times), save_duration_s=span, save_duration_source="file-times"
     )
 
 
 def _failure_times(storage: Storage, root: str) -> list[float]:
     out = []
-    for rec in audit.read_log(storage, root).records:
+    for rec in read_log(storage, root).records:
         if rec.get("action") != "recover" or not isinstance(rec.get("time"), str):
             continue
         try:

@@ -13,7 +13,7 @@ be read is it an error (``InputError``, exit 1).
 
 The parts live by responsibility: ``classify_catalog`` (the signature files),
 ``classify_scan`` (engine, workers, block matching) and ``classify_result``
-(``ClassifyResult`` and its JSON); every public name is importable from here.
+(``ClassifyResult`` and its JSON); import each name from its module.
 """
 
 from __future__ import annotations
@@ -22,21 +22,15 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from ckptctl.adapters import logs
-from ckptctl.core import classify as core
+from ckptctl.core.classify.events import FileScanner
+from ckptctl.core.classify.evidence import EvidenceCollector
+from ckptctl.core.classify.verdict import decide_verdict
 from ckptctl.errors import CkptctlError, InputError, UsageError
 from ckptctl.ops.classify_catalog import (
-    BUILTIN_CATALOGS,
-    DEFAULT_CATALOG,
     load_catalog,
-    load_default_signatures,
-    load_signature_file,
 )
-from ckptctl.ops.classify_result import EXIT_CODES, ClassifyResult, evidence_json, suspect_json
+from ckptctl.ops.classify_result import ClassifyResult
 from ckptctl.ops.classify_scan import (
-    ENGINE_ENV,
-    ENGINES,
-    MAX_AUTO_JOBS,
-    PARALLEL_MIN_BYTES,
     _BlockMatcher,
     auto_jobs,
     make_matcher,
@@ -44,24 +38,8 @@ from ckptctl.ops.classify_scan import (
 )
 
 __all__ = [
-    "BUILTIN_CATALOGS",
-    "DEFAULT_CATALOG",
-    "ENGINES",
-    "ENGINE_ENV",
-    "EXIT_CODES",
-    "MAX_AUTO_JOBS",
     "MAX_EVIDENCE_PER_SIGNATURE",
-    "PARALLEL_MIN_BYTES",
-    "ClassifyResult",
-    "auto_jobs",
     "classify_logs",
-    "evidence_json",
-    "load_catalog",
-    "load_default_signatures",
-    "load_signature_file",
-    "make_matcher",
-    "pick_engine",
-    "suspect_json",
 ]
 
 #: Evidence lines kept per signature in the result (counts are always complete).
@@ -109,7 +87,7 @@ def classify_logs(
     if jobs is None:
         sizes = [s.size_bytes for s in expanded]
         jobs = auto_jobs(None if any(n is None for n in sizes) else sum(n or 0 for n in sizes))
-    collector = core.EvidenceCollector(max_samples=max(20, MAX_EVIDENCE_PER_SIGNATURE))
+    collector = EvidenceCollector(max_samples=max(20, MAX_EVIDENCE_PER_SIGNATURE))
     num_bytes = 0
     num_matched = 0
     overlong = 0
@@ -128,7 +106,7 @@ def classify_logs(
 
     with _BlockMatcher(matcher, jobs) as block_matcher:
         for index, source in enumerate(expanded):
-            scanner = core.FileScanner(
+            scanner = FileScanner(
                 matcher, file=source.name, file_index=index, file_host=logs.host_from_name(source.name)
             )
             blocks = logs.iter_blocks(
@@ -163,7 +141,7 @@ def classify_logs(
             f"{overlong} line(s) longer than {max_line_bytes >> 10} KiB were matched in pieces"
         )
     evidence = collector.evidence()
-    verdict = core.decide_verdict(evidence, max_samples=MAX_EVIDENCE_PER_SIGNATURE)
+    verdict = decide_verdict(evidence, max_samples=MAX_EVIDENCE_PER_SIGNATURE)
     return ClassifyResult(
         verdict=verdict,
         tallies=evidence.tallies,

@@ -1,7 +1,7 @@
 """classify's signature catalog: the built-in catalogs and the user's files, parsed and merged.
 
 The YAML is read here (safe loader); ``ckptctl.core.classify`` checks and merges
-the parsed data. Import these names from ``ckptctl.ops.classify``.
+the parsed data.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from ckptctl.core import classify as core
+from ckptctl.core.classify.catalog import CatalogError, Signature, merge_catalogs, parse_catalog
 from ckptctl.errors import CkptctlError, ConfigError
 
 __all__ = [
@@ -25,10 +25,10 @@ __all__ = [
 DEFAULT_CATALOG = "default.yaml"
 #: The built-in catalogs (``ckptctl/signatures/``), in precedence order: a line becomes
 #: an event of the first signature that matches it. XIDs first (the code decides);
-#: then NCCL's and the fabric's specific errors and the platforms' preemption and
-#: maintenance wordings; then the general catalog (ending with the generic Python
+#: then the fabric's, the host kernel's and NCCL's specific errors, the schedulers' and
+#: the platforms' preemption, maintenance and job-end wordings; then the general catalog (ending with the generic Python
 #: exception rule).
-BUILTIN_CATALOGS = ("xids.yaml", "nccl.yaml", "preemption.yaml", DEFAULT_CATALOG)
+BUILTIN_CATALOGS = ("xids.yaml", "fabric.yaml", "host.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG)
 
 
 def _yaml_load(text: str, source: str) -> Any:
@@ -43,15 +43,15 @@ def _yaml_load(text: str, source: str) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def load_default_signatures() -> tuple[core.Signature, ...]:
+def load_default_signatures() -> tuple[Signature, ...]:
     """The catalogs shipped in the package (``BUILTIN_CATALOGS``), in order; parsed once."""
-    signatures: list[core.Signature] = []
+    signatures: list[Signature] = []
     seen: set[str] = set()
     for name in BUILTIN_CATALOGS:
         text = resources.files("ckptctl.signatures").joinpath(name).read_text("utf-8")
         try:
-            parsed = core.parse_catalog(_yaml_load(text, name), source=name)
-        except core.CatalogError as e:  # pragma: no cover - the shipped catalogs are tested
+            parsed = parse_catalog(_yaml_load(text, name), source=name)
+        except CatalogError as e:  # pragma: no cover - the shipped catalogs are tested
             raise ConfigError(str(e)) from e
         for sig in parsed:
             if sig.id in seen:  # pragma: no cover - the shipped catalogs are tested
@@ -61,7 +61,7 @@ def load_default_signatures() -> tuple[core.Signature, ...]:
     return tuple(signatures)
 
 
-def load_signature_file(path: str) -> tuple[core.Signature, ...]:
+def load_signature_file(path: str) -> tuple[Signature, ...]:
     """One user signature file (a local path or fsspec URL); ``ConfigError`` names the problem."""
     from ckptctl.adapters.storage import Storage
 
@@ -75,12 +75,12 @@ def load_signature_file(path: str) -> tuple[core.Signature, ...]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"signature file {path}: not UTF-8 text") from e
     try:
-        return core.parse_catalog(_yaml_load(text, path), source=path)
-    except core.CatalogError as e:
+        return parse_catalog(_yaml_load(text, path), source=path)
+    except CatalogError as e:
         raise ConfigError(str(e), hint="docs/classify.md describes the signature format") from e
 
 
-def load_catalog(extra_signature_files: Sequence[str] = ()) -> tuple[core.Signature, ...]:
+def load_catalog(extra_signature_files: Sequence[str] = ()) -> tuple[Signature, ...]:
     """Built-in signatures with the user's files merged in front (same id replaces)."""
     extras = [load_signature_file(p) for p in extra_signature_files]
-    return core.merge_catalogs(load_default_signatures(), extras)
+    return merge_catalogs(load_default_signatures(), extras)

@@ -1,7 +1,4 @@
-"""classify's result: ``ClassifyResult`` (the verdict, its evidence, what was read) and its JSON.
-
-Import these names from ``ckptctl.ops.classify``.
-"""
+"""classify's result: ``ClassifyResult`` (the verdict, its evidence, what was read) and its JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +7,10 @@ from typing import Any
 
 from ckptctl import exit_codes
 from ckptctl.adapters import logs
-from ckptctl.core import classify as core
+from ckptctl.core.classify.events import Event
+from ckptctl.core.classify.evidence import SignatureTally
+from ckptctl.core.classify.suspects import Suspect
+from ckptctl.core.classify.verdict import GpuRef, Verdict, iter_events
 from ckptctl.ops.classify_catalog import BUILTIN_CATALOGS
 
 __all__ = [
@@ -29,11 +29,11 @@ EXIT_CODES: dict[str, int] = {
 }
 
 
-def _gpu_json(g: core.GpuRef) -> dict[str, Any]:
+def _gpu_json(g: GpuRef) -> dict[str, Any]:
     return {"host": g.host, "pci_bus_id": g.pci_bus_id, "index": g.index}
 
 
-def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
+def evidence_json(e: Event, role: str | None = None) -> dict[str, Any]:
     """One evidence item: ``{file, line, text, signature, ...}`` (keys: add, never rename)."""
     return {
         "file": e.file,
@@ -60,10 +60,15 @@ def evidence_json(e: core.Event, role: str | None = None) -> dict[str, Any]:
         "pod": e.pod,
         "time": e.time,
         "cause_xid": e.cause_xid,
+        "code": e.code,
+        "program": e.program,
+        "collective": None
+        if e.seq is None and e.op is None
+        else {"pg": e.pg, "seq": e.seq, "op": e.op, "numel": e.numel},
     }
 
 
-def suspect_json(s: core.Suspect) -> dict[str, Any]:
+def suspect_json(s: Suspect) -> dict[str, Any]:
     """One suspect: ``{host, gpu, rank, local_rank, peer, pod, role, reason}``."""
     return {
         "host": s.host,
@@ -90,8 +95,8 @@ class ClassifyResult:
     an ``unknown`` or weak verdict certain; ``exit_code`` the CLI's exit code.
     """
 
-    verdict: core.Verdict
-    tallies: tuple[core.SignatureTally, ...]
+    verdict: Verdict
+    tallies: tuple[SignatureTally, ...]
     sources: tuple[str, ...]
     skipped: tuple[logs.Skipped, ...]
     num_bytes: int
@@ -120,7 +125,7 @@ class ClassifyResult:
         return self.verdict.hosts
 
     @property
-    def gpus(self) -> tuple[core.GpuRef, ...]:
+    def gpus(self) -> tuple[GpuRef, ...]:
         return self.verdict.gpus
 
     @property
@@ -128,16 +133,16 @@ class ClassifyResult:
         return self.verdict.action
 
     @property
-    def root_cause(self) -> core.Event | None:
+    def root_cause(self) -> Event | None:
         return self.verdict.root_cause
 
     @property
-    def symptoms(self) -> tuple[core.Event, ...]:
+    def symptoms(self) -> tuple[Event, ...]:
         return self.verdict.symptoms
 
     @property
-    def evidence(self) -> tuple[core.Event, ...]:
-        return tuple(core.iter_events(self.verdict))
+    def evidence(self) -> tuple[Event, ...]:
+        return tuple(iter_events(self.verdict))
 
     @property
     def what_would_settle_it(self) -> tuple[str, ...]:
@@ -152,7 +157,7 @@ class ClassifyResult:
         v = self.verdict
         root = v.root_cause
 
-        def role_of(e: core.Event) -> str:
+        def role_of(e: Event) -> str:
             if e is root:
                 return "root_cause"
             return e.signature.role
@@ -164,7 +169,7 @@ class ClassifyResult:
             "hosts": list(v.hosts),
             "gpus": [_gpu_json(g) for g in v.gpus],
             "root_cause": evidence_json(root, "root_cause") if root is not None else None,
-            "evidence": [evidence_json(e, role_of(e)) for e in core.iter_events(v)],
+            "evidence": [evidence_json(e, role_of(e)) for e in iter_events(v)],
             "symptoms": [evidence_json(e) for e in v.symptoms],
             "other_causes": [evidence_json(e) for e in v.other_causes],
             "suspect_hosts": list(v.suspect_hosts),

@@ -2,7 +2,7 @@
 
 ``_BlockMatcher`` matches the blocks of one input here or in worker processes
 (bounded queue, constant memory); ``classify_logs`` (``ckptctl.ops.classify``)
-keeps the per-file state. Import the public names from ``ckptctl.ops.classify``.
+keeps the per-file state.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ckptctl.adapters import logs
-from ckptctl.core import classify as core
+from ckptctl.core.classify.catalog import Signature
+from ckptctl.core.classify.scan import BlockScan, Matcher
 from ckptctl.errors import CkptctlError, UsageError
 
 __all__ = [
@@ -55,24 +56,24 @@ def pick_engine(engine: str | None = None) -> str:
     return name
 
 
-def make_matcher(signatures: Sequence[core.Signature], engine: str) -> core.Matcher:
+def make_matcher(signatures: Sequence[Signature], engine: str) -> Matcher:
     """A matcher whose keyword prefilter runs on ``engine`` (resolved by ``pick_engine``)."""
     if engine == "re":
-        return core.Matcher(signatures)
+        return Matcher(signatures)
     from ckptctl.adapters.hsscan import HyperscanBlockScanner
 
-    return core.Matcher(signatures, HyperscanBlockScanner)
+    return Matcher(signatures, HyperscanBlockScanner)
 
 
-_worker_matcher: core.Matcher | None = None
+_worker_matcher: Matcher | None = None
 
 
-def _init_worker(signatures: tuple[core.Signature, ...], engine: str) -> None:
+def _init_worker(signatures: tuple[Signature, ...], engine: str) -> None:
     global _worker_matcher
     _worker_matcher = make_matcher(signatures, engine)
 
 
-def _scan_in_worker(block: bytes) -> core.BlockScan:
+def _scan_in_worker(block: bytes) -> BlockScan:
     assert _worker_matcher is not None, "worker not initialised"
     return _worker_matcher.scan_block(block)
 
@@ -98,7 +99,7 @@ class _BlockMatcher:
     blocks are in flight, so memory stays constant however big the input.
     """
 
-    def __init__(self, matcher: core.Matcher, jobs: int) -> None:
+    def __init__(self, matcher: Matcher, jobs: int) -> None:
         self._matcher = matcher
         self._jobs = jobs
         self._pool: Any = None
@@ -123,7 +124,7 @@ class _BlockMatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def scan(self, blocks: Iterator[logs.Block]) -> Iterator[tuple[core.BlockScan, int | None]]:
+    def scan(self, blocks: Iterator[logs.Block]) -> Iterator[tuple[BlockScan, int | None]]:
         """``(scan, fixed_line)`` per block, in order. A read error is raised after the
         blocks read before it (they still count)."""
         if self._pool is None:

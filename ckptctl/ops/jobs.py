@@ -6,7 +6,7 @@
 * ``local``, ``detach``: torchrun in its own session writing straight to its log file
   (no pipe to ckptctl, so ckptctl's exit cannot break it); ckptctl follows the file
   and returns once the watch has decided, leaving a healthy job running.
-* ``slurm``: the batch script (``core.slurm_batch.plan_slurm_batch``) is written next
+* ``slurm``: the batch script (``core.launch.slurm_batch.plan_slurm_batch``) is written next
   to the job logs and submitted with ``sbatch --parsable``; ckptctl follows the job's
   output file and returns when the watch decides (the job runs on under Slurm), or
   when the job ends. A bad verdict cancels the job (``scancel``: SIGTERM, so the
@@ -26,10 +26,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters import slurm
-from ckptctl.adapters.launcher import LaunchError, Supervisor, create_log_file, kill_job_tree
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan, exit_code_for, signal_name
-from ckptctl.core.slurm_batch import SlurmBatch, plan_slurm_batch
+from ckptctl.adapters.jobtree import kill_job_tree
+from ckptctl.adapters.launch_result import LaunchError, create_log_file
+from ckptctl.adapters.launcher import Supervisor
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan, exit_code_for, signal_name
+from ckptctl.core.launch.slurm_batch import SlurmBatch, plan_slurm_batch
 
 LineFn = Callable[[str], bool]
 OutputFn = Callable[[str], None]

@@ -18,41 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
-# Config loading has its own module; these names stay importable from here.
-from ckptctl.adapters.config_file import CONFIG_FILE_NAME, load_config, parse_config_yaml
-from ckptctl.adapters.launcher import (
-    LaunchError,
-    LaunchResult,
-    LineFn,
-    OutputFn,
-    Supervisor,
-    create_log_file,
-)
-from ckptctl.core.config import (
-    CkptctlConfig,
-    ConfigOverrides,
-    LaunchConfig,
-    RecoverConfig,
-)
-from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, plan_capacity, plan_launch
+from ckptctl.adapters import config_file
+from ckptctl.adapters.launch_result import LaunchResult, create_log_file
+from ckptctl.adapters.launcher import LineFn, OutputFn, Supervisor
+from ckptctl.core.config.overrides import ConfigOverrides
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan, plan_launch
 from ckptctl.errors import ProblemFound, UsageError
 
 __all__ = [
-    "CONFIG_FILE_NAME",
     "RESUME_AUTO",
-    "CapacityDecision",
-    "CkptctlConfig",
-    "ConfigOverrides",
-    "LaunchConfig",
-    "LaunchError",
-    "LaunchPlan",
-    "LaunchResult",
-    "RecoverConfig",
-    "Supervisor",
     "launch",
     "load_config",
-    "parse_config_yaml",
-    "plan_capacity",
     "prepare_launch",
     "resolve_resume_from",
     "run_launch",
@@ -60,6 +37,13 @@ __all__ = [
 
 #: ``--resume-from auto``: the newest complete checkpoint under the run root.
 RESUME_AUTO = "auto"
+
+
+def load_config(path: str | None = None, overrides: ConfigOverrides | None = None) -> CkptctlConfig:
+    """The config a command runs under: ``path`` (else ``./ckptctl.yaml`` if present, else the
+    defaults) with the command line's ``overrides`` applied. The CLI reads its config through
+    this use case (it imports ``ops``, never ``adapters``)."""
+    return config_file.load_config(path, overrides)
 
 
 def resolve_resume_from(config: CkptctlConfig, value: str | None) -> str | None:
@@ -74,7 +58,7 @@ def resolve_resume_from(config: CkptctlConfig, value: str | None) -> str | None:
             "--resume-from auto needs the run root",
             hint="set run_root in ckptctl.yaml or pass --run-root",
         )
-    from ckptctl.ops.checkpoints import find_latest_complete
+    from ckptctl.runroot.locate import find_latest_complete
 
     found = find_latest_complete(config.run_root)
     if found.checkpoint is None:

@@ -1,12 +1,12 @@
 """``ckptctl recover``: the whole RB-7 runbook in one command, as a plan that is executed.
 
-``recover`` first builds a ``RecoveryPlan`` (``ckptctl.core.recover_plan``): the
+``recover`` first builds a ``RecoveryPlan`` (``ckptctl.core.recover.plan``): the
 steps with their inputs, the config file read, the backend. A plan with gaps (no
 run root; neither ``--logs`` nor ``--no-logs``) is returned unexecuted
 (``plan-only``, exit 2); run roots that disagree are a usage error. Then the steps
 run in order: classify, triage, drain (only with ``execute_drain``), capacity,
 and the attempt loop (locate + verify, launch through the backend, watch, fall
-back). Every decision is a pure function in ``ckptctl.core.recover``; this module
+back). Every decision is a pure function in ``ckptctl.core.recover.decisions``; this module
 carries them out holding the run root's lock, and returns a ``RecoveryReport``
 (also written to ``<root>/.ckptctl/``). Nothing here prints.
 
@@ -30,10 +30,10 @@ from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import signal_name
-from ckptctl.core.recover_plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import signal_name
+from ckptctl.core.recover import decisions
+from ckptctl.core.recover.plan import RecoveryPlan, build_recovery_plan, run_root_conflicts
 from ckptctl.errors import CkptctlError, UsageError
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_effects import DryEffects, Effects, RealEffects
@@ -51,7 +51,10 @@ from ckptctl.ops.recover_report import (
 from ckptctl.runroot import lock
 from ckptctl.runroot.root import RunRoot, as_run_root
 
-__all__ = ["AttemptRecord", "RecoveryReport", "plan_recovery", "recover"]
+__all__ = [
+    "plan_recovery",
+    "recover",
+]
 
 EventFn = Callable[[str, str], None]
 """(stage, message): narration of each decision as it is taken."""
@@ -142,7 +145,7 @@ def recover(
     baseline_log: str | None = None,
     force: bool = False,
     execute_drain: bool = False,
-    on_unknown: core.OnUnknown = "resume",
+    on_unknown: decisions.OnUnknown = "resume",
     deep: bool = False,
     dry_run: bool = False,
     detach: bool = False,
@@ -244,14 +247,14 @@ def _walk(
     signature_files: Sequence[str],
     baseline_log: str | None,
     force: bool,
-    on_unknown: core.OnUnknown,
+    on_unknown: decisions.OnUnknown,
     deep: bool,
     max_attempts: int,
     on_output: OutputFn | None,
 ) -> RecoveryReport:
-    from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.classify import classify_logs
     from ckptctl.ops.launch import prepare_launch
+    from ckptctl.runroot.locate import find_latest_complete
 
     report = rec.report
     url = root.url
@@ -269,7 +272,7 @@ def _walk(
         category, hosts = "unknown", []
         rec.log("classify", "--no-logs: the cause is unknown (pass --logs to classify it)")
     # 2. triage
-    triage = core.decide_triage(category, hosts, force=force, on_unknown=on_unknown)
+    triage = decisions.decide_triage(category, hosts, force=force, on_unknown=on_unknown)
     report.triage = triage
     rec.log("triage", triage.reason)
     if not triage.proceed:
@@ -277,7 +280,7 @@ def _walk(
     # 3. drain
     drain_step = plan.step("drain")
     execute = bool(drain_step and drain_step.inputs.get("execute"))
-    for cmd in core.plan_drain(triage.drain_hosts, kind=config.recover.drain.kind, reason=config.recover.drain.reason):
+    for cmd in decisions.plan_drain(triage.drain_hosts, kind=config.recover.drain.kind, reason=config.recover.drain.reason):
         refused = effects.drain(rec, cmd, execute)
         if refused:
             return rec.stop(refused)
@@ -295,7 +298,7 @@ def _walk(
     # 5..8. locate + verify, launch, watch; fall back on a bad resume
     baseline_paths = [baseline_log] if baseline_log else [p for p in logs if p != "-"]
     baseline_lines = [line for p in baseline_paths for line in steps.read_lines(p)]
-    history: list[core.Attempt] = []
+    history: list[decisions.Attempt] = []
     while True:
         root.storage.invalidate_cache(root.path)  # a job may have written checkpoints since the last listing
         found = find_latest_complete(root, deep=deep)
@@ -338,7 +341,7 @@ def _walk(
             final = watcher.result(final=not run.still_running)
             verdict = final.verdict
             watch_state["result"] = final.to_json()
-        attempt = core.Attempt(
+        attempt = decisions.Attempt(
             number=attempt_no,
             checkpoint_step=ckpt.step,
             checkpoint_path=ckpt.path,
@@ -355,11 +358,11 @@ def _walk(
         state = "still running" if run.still_running else f"job exit {run.exit_code}"
         rec.log("watch", f"attempt {attempt_no}: {state}, loss watch: {verdict or 'no verdict'}",
                 exit_code=run.exit_code, verdict=verdict)
-        nxt = core.decide_after_attempt(history, max_attempts=max_attempts)
+        nxt = decisions.decide_after_attempt(history, max_attempts=max_attempts)
         rec.log("decide", nxt.reason)
         if nxt.kind == "done":
-            report.outcome = core.outcome_when_done(attempt)
-            report.reason = nxt.reason if report.outcome == "recovered" else core.unverified_reason(attempt)
+            report.outcome = decisions.outcome_when_done(attempt)
+            report.reason = nxt.reason if report.outcome == "recovered" else decisions.unverified_reason(attempt)
             return report
         if nxt.kind == "stop":
             report.interrupted_by = run.interrupted_by

@@ -15,21 +15,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import LaunchPlan
+from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import LaunchPlan
+from ckptctl.core.recover import decisions
 from ckptctl.ops import recover_steps as steps
 from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
-from ckptctl.runroot.lock import INHERITED_TOKEN_ENV, HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
     from ckptctl.ops.jobs import JobRun
 
 #: The job the run root's last recovery started: ``<root>/.ckptctl/job.json`` (``ckptctl status``).
-JOB_FILE = "job.json"
 
 
 def _utc_now() -> datetime:
@@ -64,7 +63,7 @@ class Effects:
     dry = False
     held: HeldLock | None = None
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         raise NotImplementedError
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
@@ -74,7 +73,7 @@ class Effects:
 class DryEffects(Effects):
     dry = True
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         rec.report.drain.append(DrainRecord(command=cmd, executed=False))
         rec.log("drain", f"drain step (not executed, dry run): {shlex.join(cmd.argv)}")
         return None
@@ -99,7 +98,7 @@ class RealEffects(Effects):
     def __init__(self, root: RunRoot, held: HeldLock | None, clock: Callable[[], datetime] = _utc_now) -> None:
         self.root, self.held, self.clock = root, held, clock
 
-    def drain(self, rec: Narrator, cmd: core.DrainCommand, execute: bool) -> str | None:
+    def drain(self, rec: Narrator, cmd: decisions.DrainCommand, execute: bool) -> str | None:
         shown = shlex.join(cmd.argv)
         if not execute:
             rec.report.drain.append(DrainRecord(command=cmd, executed=False))
@@ -128,7 +127,7 @@ class RealEffects(Effects):
             )
             audit.write(self.root, record)
             self.root.storage.write_bytes(
-                audit.state_path(self.root, JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
+                audit.state_path(self.root, audit.JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
             )
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 

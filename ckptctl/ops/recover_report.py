@@ -13,17 +13,16 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
-from ckptctl.core import incidents
-from ckptctl.core import recover as core
-from ckptctl.core.launch_plan import CapacityDecision, LaunchPlan, signal_name
-from ckptctl.core.recover_plan import RecoveryPlan
-from ckptctl.core.slurm_batch import SlurmBatch
+from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
+from ckptctl.core.launch.slurm_batch import SlurmBatch
+from ckptctl.core.recover import decisions, incidents
+from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
-    from ckptctl.ops.classify import ClassifyResult
+    from ckptctl.ops.classify_result import ClassifyResult
     from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 
@@ -36,7 +35,7 @@ def iso(t: datetime) -> str:
 class DrainRecord:
     """One drain command: shown only (``executed`` false), or run and how it went."""
 
-    command: core.DrainCommand
+    command: decisions.DrainCommand
     executed: bool
     ok: bool | None = None
     """Run: did it exit 0 (None when not run)."""
@@ -145,7 +144,7 @@ class SkippedRecord:
 
 @dataclass(slots=True)
 class AttemptRecord:
-    attempt: core.Attempt
+    attempt: decisions.Attempt
     argv: list[str]
     log_path: str | None
     watch: dict[str, Any] | None
@@ -186,11 +185,11 @@ class RecoveryReport:
     dry_run: bool
     started: str
     outcome: str = "stopped"
-    """recovered | resumed-unverified | stopped | dry-run | plan-only (``core.recover.OUTCOME_EXIT``)"""
+    """recovered | resumed-unverified | stopped | dry-run | plan-only (``decisions.recover.OUTCOME_EXIT``)"""
     reason: str = ""
     ended: str | None = None
     classify: ClassifyResult | None = None
-    triage: core.TriageDecision | None = None
+    triage: decisions.TriageDecision | None = None
     drain: list[DrainRecord] = field(default_factory=list)
     capacity: CapacityRecord | None = None
     checkpoint: CheckpointRecord | None = None
@@ -201,6 +200,8 @@ class RecoveryReport:
     rollbacks: list[RollbackResult] = field(default_factory=list)
     timeline: list[TimelineEntry] = field(default_factory=list)
     report_path: str | None = None
+    report_html: str | None = None
+    """The HTML view written beside the JSON report (``ckptctl report`` of the run root then)."""
     warnings: list[str] = field(default_factory=list)
     interrupted_by: int | None = None
     """The signal that interrupted ckptctl during a relaunch (it stopped the job and the recovery)."""
@@ -209,7 +210,7 @@ class RecoveryReport:
     locate_after: str | None = None
     """What ``locate`` returns after this recovery's quarantines (None: nothing was quarantined)."""
     incident: dict[str, Any] | None = None
-    """The incident ledger entry (``core.incidents``): times, steps recomputed, verdicts, hosts."""
+    """The incident ledger entry (``decisions.incidents``): times, steps recomputed, verdicts, hosts."""
     cadence: dict[str, Any] | None = None
     """``ckptctl cadence`` of the run root at the end: save cost, interval, MTBF, Young/Daly optimum."""
 
@@ -222,7 +223,7 @@ class RecoveryReport:
     def exit_code(self) -> int:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by  # 130 / 143, as `ckptctl launch` and a shell report it
-        return core.OUTCOME_EXIT.get(self.outcome, 3)
+        return decisions.OUTCOME_EXIT.get(self.outcome, 3)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -245,6 +246,7 @@ class RecoveryReport:
             "rollbacks": [r.to_json() for r in self.rollbacks],
             "timeline": [t.to_json() for t in self.timeline],
             "report_path": self.report_path,
+            "report_html": self.report_html,
             "warnings": self.warnings,
             "interrupted_by": None if self.interrupted_by is None else signal_name(self.interrupted_by),
             "ckptctl_version": __version__,
@@ -274,11 +276,22 @@ def report_target(root: RunRoot, when: datetime) -> str:
 
 
 def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
-    """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end)."""
+    """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end),
+    then its HTML view beside it (``ckptctl report`` of the run root, this recovery included)."""
+    from ckptctl.ops import (
+        report as run_report,  # imported only to write the HTML view (jinja2/matplotlib load lazily there)
+    )
+
     storage = root.storage
+    html_target = None
     try:
         target = report_target(root, when)
         report.report_path = storage.url(target)
+        if run_report.html_available():
+            html_target = target.removesuffix(".json") + ".html"
+            report.report_html = storage.url(html_target)
+        else:
+            report.warnings.append("no HTML report written: it needs the 'report' extra (pip install 'ckptctl[report]')")
         storage.write_bytes(target, (json.dumps(report.to_json(), indent=2) + "\n").encode())
         audit.write(
             root,
@@ -292,7 +305,16 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
         )
     except StorageError as e:
         report.warnings.append(f"could not write the recovery report: {e.message}")
-        report.report_path = None
+        report.report_path = report.report_html = None
+        return
+    if html_target is None:
+        return
+    try:
+        html = run_report.render_html(run_report.build_report(root, now=when))
+        storage.write_bytes(html_target, html.encode("utf-8"))
+    except Exception as e:  # the JSON report and the audit record are written; the view must not undo them
+        report.warnings.append(f"could not write the HTML report: {type(e).__name__}: {e}")
+        report.report_html = None
 
 
 def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
@@ -301,7 +323,7 @@ def drained_hosts(records: Sequence[DrainRecord]) -> list[str]:
 
 
 def incident_record(report: RecoveryReport, marks: Mapping[str, datetime], logs: Sequence[str]) -> dict[str, Any]:
-    """The report's ``incident`` (``core.incidents``); ``marks``: when each stage was reached.
+    """The report's ``incident`` (``decisions.incidents``); ``marks``: when each stage was reached.
 
     The failure time is the newest ``--logs`` file's modification time (none for stdin).
     """

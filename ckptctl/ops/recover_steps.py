@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ckptctl.core import recover as core
-from ckptctl.core.config import CkptctlConfig
-from ckptctl.core.launch_plan import CapacityDecision
+from ckptctl.adapters.runlock import HeldLock
+from ckptctl.core.config.schema import CkptctlConfig
+from ckptctl.core.launch.plan import CapacityDecision
+from ckptctl.core.recover import decisions
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.recover_report import AttemptRecord, CapacityRecord, DrainRecord, RecoveryReport
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Narrator(Protocol):
     def log(self, stage: str, message: str, **data: Any) -> None: ...
 
 
-def run_drain(cmd: core.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
+def run_drain(cmd: decisions.DrainCommand, timeout_s: float = 120.0) -> DrainRecord:
     """Run one drain command to the end (bounded by ``timeout_s``); how it went."""
     try:
         proc = subprocess.run(list(cmd.argv), capture_output=True, text=True, timeout=timeout_s)
@@ -91,7 +91,7 @@ def await_capacity(
     ``capacity_poll_s`` until enough hosts are healthy or ``capacity_timeout_s`` passes.
     A dry run asks once and never waits.
     """
-    from ckptctl.ops.launch import plan_capacity
+    from ckptctl.core.launch.plan import plan_capacity
 
     lc, rc = config.launch, config.recover
     command = rc.hosts_command
@@ -190,7 +190,7 @@ def feed_watch(watcher: Any, state: dict[str, Any], line: str) -> bool:
             return False
         state["verdict"] = res.verdict
         state["result"] = res.to_json()
-        return core.classify_verdict(res.verdict) == "bad"
+        return decisions.classify_verdict(res.verdict) == "bad"
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -217,8 +217,8 @@ def quarantine_bad_resume(
     the attempt has ended (the backends wait for it), so every complete checkpoint at a
     later step now was written by it and carries the same bad state.
     """
-    from ckptctl.ops.checkpoints import find_latest_complete
     from ckptctl.ops.rollback import rollback
+    from ckptctl.runroot.locate import find_latest_complete
 
     why = f"ckptctl recover: loss watch said {verdict} after resuming from step {step}"
     if step is not None:

@@ -2,7 +2,7 @@
 
 Opens the run root once (``runroot.RunRoot``), gathers facts from one listing
 (``runroot.candidates``: the same walk ``locate`` makes), lets
-``ckptctl.core.rollback`` decide, then applies the plan through
+``ckptctl.core.rollback.plan`` decide, then applies the plan through
 ``runroot.mutate`` (one rename, one audit record). Returns result objects with
 ``to_json()``; never prints.
 
@@ -28,14 +28,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl.adapters.audit import AuditLog, current_actor
-from ckptctl.core import rollback as plan_core
+from ckptctl.adapters.runlock import HeldLock
 from ckptctl.core.names import STAMP_FORMAT
-from ckptctl.core.rollback import Refusal, RollbackPlan
+from ckptctl.core.rollback.model import COMPLETE, QUARANTINE, Refusal, RollbackPlan
+from ckptctl.core.rollback.plan import plan_rollback, plan_undo
 from ckptctl.runroot import audit, lock, mutate
 from ckptctl.runroot.candidates import RootFacts, rollback_facts, undo_facts
 from ckptctl.runroot.inspect import scan_root
 from ckptctl.runroot.locate import find_latest_complete
-from ckptctl.runroot.lock import HeldLock
 from ckptctl.runroot.reports import CheckOptions, PointerHint, ProgressFn
 from ckptctl.runroot.root import RunRoot, as_run_root
 
@@ -127,7 +127,7 @@ def rollback(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: rollback_facts(rr, step=step, options=options, progress=progress),
-        decide=lambda known, url, stamp: plan_core.plan_rollback(
+        decide=lambda known, url, stamp: plan_rollback(
             known.candidates,
             root=url,
             now_stamp=stamp,
@@ -159,7 +159,7 @@ def undo(
         held_lock=held_lock,
         now=now,
         facts=lambda rr: undo_facts(rr, step=step, progress=progress),
-        decide=lambda known, url, stamp: plan_core.plan_undo(
+        decide=lambda known, url, stamp: plan_undo(
             known.candidates,
             root=url,
             now_stamp=stamp,
@@ -217,7 +217,7 @@ def _run(
         return _Prepared(decision, {c.name: c.status for c in cands})
 
     def apply(prepared: _Prepared) -> None:
-        act = mutate.quarantine if prepared.plan.action == plan_core.QUARANTINE else mutate.restore
+        act = mutate.quarantine if prepared.plan.action == QUARANTINE else mutate.restore
         act(rr, prepared.plan.record)
         result.done = True
         _check_after(result, prepared.plan, prepared.known, rr, progress)
@@ -262,7 +262,7 @@ def _check_after(
     """Locate again (quick, as `ckptctl locate` does) and compare with the plan."""
     located = find_latest_complete(root, progress=progress)
     after = located.checkpoint
-    if plan.action == plan_core.QUARANTINE:
+    if plan.action == QUARANTINE:
         for p in located.pointers:
             if _names(p, plan.source, plan.step):
                 result.warnings.append(
@@ -274,7 +274,7 @@ def _check_after(
     if after_name == plan.next_locate:
         result.locate = after.path if after else None
         return
-    if after_name is not None and known.get(after_name) not in (None, plan_core.COMPLETE):
+    if after_name is not None and known.get(after_name) not in (None, COMPLETE):
         # The plan saw a stronger verdict (--deep) than a quick locate can: keep to it.
         result.locate = plan.path(plan.next_locate)
         result.warnings.append(

@@ -4,7 +4,7 @@
 id, owner) and where it is now (Slurm: ``squeue``/``scontrol``/``sacct``; local: is
 the pid alive), and the last recovery's outcome and loss-watch verdict.
 ``incidents``: the ``incident`` record of every recovery report the audit log
-points at, summarised by ``core.incidents.summarize_incidents``. Neither writes.
+points at, summarised by ``core.recover.incidents.summarize_incidents``. Neither writes.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import os
 from typing import Any
 
 from ckptctl.adapters.audit import current_actor
-from ckptctl.core.incidents import summarize_incidents
+from ckptctl.core.recover.incidents import summarize_incidents
 from ckptctl.errors import CkptctlError
-from ckptctl.ops.recover_effects import JOB_FILE
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot, as_run_root
 
@@ -33,7 +32,7 @@ def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _reports(root: RunRoot) -> list[dict[str, Any]]:
+def recovery_reports(root: RunRoot) -> list[dict[str, Any]]:
     """Every recovery report the audit log names, oldest first."""
     out = []
     for rec in audit.read(root).records:
@@ -73,8 +72,8 @@ def _job_now(job: dict[str, Any]) -> dict[str, Any]:
 
 def run_status(root: str | RunRoot) -> dict[str, Any]:
     rr = as_run_root(root)
-    job = _read_json(rr, JOB_FILE)
-    reports = _reports(rr)
+    job = _read_json(rr, audit.JOB_FILE)
+    reports = recovery_reports(rr)
     last = reports[-1] if reports else None
     verdict = None
     if last and last.get("attempts"):
@@ -97,5 +96,5 @@ def run_status(root: str | RunRoot) -> dict[str, Any]:
 
 def run_incidents(root: str | RunRoot) -> dict[str, Any]:
     rr = as_run_root(root)
-    records = [r["incident"] for r in _reports(rr) if isinstance(r.get("incident"), dict)]
+    records = [r["incident"] for r in recovery_reports(rr) if isinstance(r.get("incident"), dict)]
     return {"schema": "ckptctl.incidents/1", "root": rr.url, **summarize_incidents(records)}

@@ -1,6 +1,6 @@
 """Use case: is the loss continuous across a resume? Returns a ``WatchResult``; never prints.
 
-Three ways in, one decision (``ckptctl.core.watch.analyze``):
+Three ways in, one decision (``ckptctl.core.watch.analyze.analyze``):
 
 * ``watch_log(path, ...)`` reads a log file, an fsspec URL or ``-`` (stdin),
   whole or ``follow=True`` until a decision or ``timeout_s``.
@@ -26,8 +26,9 @@ from typing import IO, Any
 
 from ckptctl.adapters import metric_sources
 from ckptctl.adapters.follow import STDIN, LineReader, open_lines
-from ckptctl.core import watch as core
-from ckptctl.core.losslog import AUTO, FORMATS, PatternError
+from ckptctl.core.watch.losslog import AUTO, FORMATS, PatternError
+from ckptctl.core.watch.model import CONTINUOUS, WatchConfig, WatchConfigError, WatchReport
+from ckptctl.core.watch.session import WatchSession
 from ckptctl.errors import InputError, UsageError
 
 #: Version of the JSON document; additions keep it, renames/removals bump it.
@@ -36,18 +37,12 @@ SCHEMA = "ckptctl.watch/1"
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_POLL_INTERVAL_S = 0.5
 
-VERDICTS = core.VERDICTS
-CONTINUOUS = core.CONTINUOUS
-INSUFFICIENT = core.INSUFFICIENT
 
-WatchConfig = core.WatchConfig
-
-
-def make_config(**fields: Any) -> core.WatchConfig:
+def make_config(**fields: Any) -> WatchConfig:
     """A ``WatchConfig`` whose range errors are usage errors (they come from flags)."""
     try:
-        return core.WatchConfig(**fields)
-    except core.WatchConfigError as e:
+        return WatchConfig(**fields)
+    except WatchConfigError as e:
         raise UsageError(f"invalid threshold: {e}") from e
 
 
@@ -60,7 +55,7 @@ class WatchResult:
 
     verdict: str
     """One of ``VERDICTS``: ``continuous`` is the only healthy one."""
-    report: core.WatchReport
+    report: WatchReport
     """The analysis: resume, baseline, threshold, observed points, findings, explanation."""
     log: str
     """The log read (path, URL, ``-`` or a caller-chosen name for a stream)."""
@@ -73,7 +68,7 @@ class WatchResult:
     followed: bool
     timed_out: bool
     """The deadline ended reading before a decision."""
-    config: core.WatchConfig
+    config: WatchConfig
 
     @property
     def is_continuous(self) -> bool:
@@ -130,6 +125,7 @@ class WatchResult:
             "followed": self.followed,
             "timed_out": self.timed_out,
             "config": self.config.to_json(),
+            "curve": r.curve.to_json() if r.curve else None,
         }
 
 
@@ -145,7 +141,7 @@ class LossWatcher:
         self,
         *,
         resume_step: int | None = None,
-        config: core.WatchConfig | None = None,
+        config: WatchConfig | None = None,
         log_format: str = AUTO,
         pattern: str | None = None,
         baseline_path: str | None = None,
@@ -162,7 +158,7 @@ class LossWatcher:
         if baseline_path is not None and baseline_lines is not None:
             raise UsageError("give the baseline as a path or as lines, not both")
         try:
-            self._session = core.WatchSession(
+            self._session = WatchSession(
                 config=config,
                 resume_step=resume_step,
                 log_format=log_format,
@@ -191,7 +187,7 @@ class LossWatcher:
                 self.baseline_path = "<lines>"
 
     @property
-    def config(self) -> core.WatchConfig:
+    def config(self) -> WatchConfig:
         return self._session.config
 
     @property
@@ -221,7 +217,7 @@ class LossWatcher:
         """A few lines that carried numbers but gave no loss (for an error message)."""
         return list(self._session.parser.unread_samples)
 
-    def _result(self, report: core.WatchReport, *, timed_out: bool) -> WatchResult:
+    def _result(self, report: WatchReport, *, timed_out: bool) -> WatchResult:
         if timed_out and not report.decided:
             report = _with_note(report, "timed out before a decision")
         return WatchResult(
@@ -245,7 +241,7 @@ _FORMAT_HINT = (
 )
 
 
-def _with_note(report: core.WatchReport, note: str) -> core.WatchReport:
+def _with_note(report: WatchReport, note: str) -> WatchReport:
     return replace(report, notes=(*report.notes, note))
 
 
@@ -253,7 +249,7 @@ def watch_lines(
     lines: Iterable[str],
     *,
     resume_step: int | None = None,
-    config: core.WatchConfig | None = None,
+    config: WatchConfig | None = None,
     log_format: str = AUTO,
     pattern: str | None = None,
     baseline_path: str | None = None,
@@ -282,7 +278,7 @@ def watch_log(
     path: str,
     *,
     resume_step: int | None = None,
-    config: core.WatchConfig | None = None,
+    config: WatchConfig | None = None,
     log_format: str = AUTO,
     pattern: str | None = None,
     baseline_path: str | None = None,
@@ -358,7 +354,7 @@ MAX_MANIFEST_BYTES = 16 << 20
 def read_checkpoint(url: str) -> tuple[int, float | None]:
     """(step, tokens or samples seen) from the ckptctl manifest of a checkpoint directory."""
     from ckptctl.adapters.storage import Storage
-    from ckptctl.core.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+    from ckptctl.core.verify.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 
     storage, path = Storage.for_url(url)
     target = path.rstrip("/") + "/" + MANIFEST_NAME

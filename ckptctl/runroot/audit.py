@@ -8,7 +8,7 @@ JSON keys, which are a contract: add, never rename (schema: docs/rollback.md,
 
 | action | record | written by |
 | --- | --- | --- |
-| ``quarantine``, ``restore`` | ``core.rollback.AuditRecord`` (a plan carries it) | ``runroot.mutate.rename_step`` (rollback, undo) |
+| ``quarantine``, ``restore`` | ``core.rollback.model.AuditRecord`` (a plan carries it) | ``runroot.mutate.rename_step`` (rollback, undo) |
 | ``break-lock`` | ``BreakLock`` | ``runroot.lock.hold`` |
 | ``retention-delete`` | ``StepRemoved`` | ``runroot.mutate.hide`` (training retention) |
 | ``supersede`` | ``StepSuperseded`` | ``runroot.mutate.supersede`` (training save) |
@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from ckptctl.adapters import audit as log_file
 from ckptctl.adapters.audit import AuditLog, current_actor
-from ckptctl.core.rollback import AuditRecord
+from ckptctl.core.rollback.model import AuditRecord
 from ckptctl.runroot.root import RunRoot
 
 AuditAction = Literal[
@@ -40,6 +40,8 @@ ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
 Outcome = Literal["done", "failed"]
 #: The ``actor`` field of records the training library writes.
 TRAINING_ACTOR = "ckptctl.training"
+#: The state file (under ``state_path``) naming the job the last recovery or launch started.
+JOB_FILE = "job.json"
 
 Clock = Callable[[], datetime]
 

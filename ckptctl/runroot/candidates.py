@@ -1,4 +1,4 @@
-"""What the rollback and undo planners (``ckptctl.core.rollback``) need to know about a run root.
+"""What the rollback and undo planners (``ckptctl.core.rollback.plan``) need to know about a run root.
 
 Facts come from ONE listing of the root: the same walk ``locate`` makes
 (``runroot.locate.locate_in``) over that listing gives the statuses, so every
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ckptctl.core import verify as v
-from ckptctl.core.rollback import Candidate
+from ckptctl.core.rollback.model import Candidate
+from ckptctl.core.verify import contract as v
 from ckptctl.errors import NotFoundError
 from ckptctl.runroot.inspect import RootScan, inspect_checkpoint, scan_root
 from ckptctl.runroot.locate import locate_in

@@ -12,15 +12,16 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
-from ckptctl.adapters.storage import SpecialFileError, Storage
-from ckptctl.core import verify as v
-from ckptctl.core.crc import crc32_combine, crc32_of_pieces
-from ckptctl.core.dcp import DTYPE_ITEMSIZE, DcpIndex, StorageItem
-from ckptctl.core.manifest import Manifest, format_crc32
-from ckptctl.core.records import (
+from ckptctl.adapters.localfile import SpecialFileError
+from ckptctl.adapters.storage import Storage
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify.crc import crc32_combine, crc32_of_pieces
+from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, DcpIndex, DcpUnit, StorageItem
+from ckptctl.core.verify.manifest import Manifest, format_crc32
+from ckptctl.core.verify.records import (
     MAX_PICKLE_SCAN_BYTES,
     TAIL_READ_BYTES,
     RecordFindings,
@@ -33,9 +34,6 @@ from ckptctl.core.records import (
 )
 from ckptctl.errors import StorageError, StorageUnreachableError
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport, ProgressFn
-
-if TYPE_CHECKING:
-    from ckptctl.runroot.inspect import DcpUnit
 
 # chunks. Locally, 1 MiB chunks stay in the CPU cache between the copy and the CRC
 # (measured: 6.0 GB/s per core vs 2.9 GB/s with 16 MiB buffers); on object stores a

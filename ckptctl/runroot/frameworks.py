@@ -1,4 +1,4 @@
-"""Framework checkpoints: check a directory or file against its writer's layout (core/layouts.py).
+"""Framework checkpoints: check a directory or file against its writer's layout (core/verify/layouts.py).
 
 ``inspect.inspect_checkpoint`` verifies the DCP parts (the step directory itself
 or nested ones such as ``pytorch_model_fsdp_0/``); this module adds what the
@@ -20,11 +20,11 @@ from typing import Any
 
 from ckptctl.adapters import archives
 from ckptctl.adapters.storage import Entry, Storage
-from ckptctl.core import layouts as L
-from ckptctl.core import safetensors as st
-from ckptctl.core import verify as v
-from ckptctl.core.dcp import DcpIndex, StorageItem
 from ckptctl.core.names import CheckpointName
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import layouts as L
+from ckptctl.core.verify import safetensors as st
+from ckptctl.core.verify.dcp import DcpIndex, StorageItem
 from ckptctl.errors import StorageError, StorageUnreachableError
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport
 

@@ -1,7 +1,7 @@
 """Scan a run root and inspect one checkpoint directory against the contract (DESIGN.md).
 
 I/O happens here (through ``Storage``); every decision is a pure function in
-``ckptctl.core.verify``. Cost model, for object stores: the run root is listed
+``ckptctl.core.verify.contract``. Cost model, for object stores: the run root is listed
 once; each probed checkpoint costs one listing plus one read of ``.metadata``
 (and of the manifest and commit marker when present). The deep check (every
 byte) is ``ckptctl.runroot.deep``. Nothing here writes.
@@ -17,10 +17,19 @@ from ckptctl.adapters.dcp_metadata import (
     merge_indexes,
     read_index,
 )
-from ckptctl.adapters.storage import Entry, FileTooLargeError, SpecialFileError, Storage
-from ckptctl.core import verify as v
-from ckptctl.core.dcp import METADATA_NAME, RANK_METADATA_NAME, SHARD_SUFFIX, DcpIndex
-from ckptctl.core.manifest import (
+from ckptctl.adapters.localfile import SpecialFileError
+from ckptctl.adapters.storage import Entry, FileTooLargeError, Storage
+from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
+from ckptctl.core.verify import contract as v
+from ckptctl.core.verify import layouts
+from ckptctl.core.verify.dcp import (
+    METADATA_NAME,
+    RANK_METADATA_NAME,
+    SHARD_SUFFIX,
+    DcpIndex,
+    DcpUnit,
+)
+from ckptctl.core.verify.manifest import (
     COMMIT_MARKER_NAME,
     MANIFEST_NAME,
     Manifest,
@@ -28,7 +37,6 @@ from ckptctl.core.manifest import (
     check_commit_marker,
     parse_manifest,
 )
-from ckptctl.core.names import CheckpointName, newest_first_key, parse_checkpoint_name
 from ckptctl.errors import StorageError, StorageUnreachableError
 from ckptctl.runroot import frameworks
 from ckptctl.runroot.deep import deep_check
@@ -104,16 +112,6 @@ def scan_root(storage: Storage, root: str, entries: list[Entry] | None = None) -
 # ---------------------------------------------------------------------------------------
 # One checkpoint
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class DcpUnit:
-    """One DCP directory inside a checkpoint: the step dir itself or a nested one (HF)."""
-
-    subdir: str
-    files: dict[str, int]
-    index: DcpIndex | None = None
-    rank_local: int = 0
 
 
 def _kind_without_dcp(files: dict[str, int], subdirs: list[str]) -> tuple[str, v.Problem]:
@@ -348,7 +346,7 @@ def inspect_checkpoint(
             report.world_size, report.world_size_source = fw.world_size, "model states"
         contents = fw.contents
     elif indexes:
-        contents = frameworks.L.contents_of(None, frameworks.L.state_key_roots(
+        contents = layouts.contents_of(None, layouts.state_key_roots(
             k for idx in indexes for k in (*idx.tensors, *idx.byte_fqns)))
     report.notes = [*notes, *report.notes]  # the deep check adds its own notes to the report
     frameworks.finish(report, contents, problems, options)

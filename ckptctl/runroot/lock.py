@@ -20,7 +20,6 @@ import os
 from collections.abc import Iterator
 
 from ckptctl.adapters.runlock import (
-    HOLD_ENV,
     INHERITED_TOKEN_ENV,
     HeldLock,
     LockInfo,
@@ -32,10 +31,6 @@ from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
 
 __all__ = [
-    "HOLD_ENV",
-    "INHERITED_TOKEN_ENV",
-    "HeldLock",
-    "LockInfo",
     "hold",
     "hold_for_pass",
     "holder",

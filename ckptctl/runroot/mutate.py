@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import secrets
 
-from ckptctl.core.manifest import COMMIT_MARKER_NAME
 from ckptctl.core.names import deleting_name, parse_own_name, superseded_name
-from ckptctl.core.rollback import QUARANTINE, RESTORE, AuditRecord
+from ckptctl.core.rollback.model import QUARANTINE, RESTORE, AuditRecord
+from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot

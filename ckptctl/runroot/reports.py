@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ckptctl.core import verify as v
+from ckptctl.core.verify import contract as v
 
 ProgressFn = Callable[[int], None]
 

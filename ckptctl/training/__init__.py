@@ -18,14 +18,8 @@ See ``docs/training.md`` for the commit protocol, what is saved, async memory
 cost, preemption and retention.
 """
 
-from ckptctl.training.checkpointer import (
-    SAVE_PHASES,
-    Checkpointer,
-    LoadResult,
-    SaveHandle,
-    SaveResult,
-    step_dir_name,
-)
+from ckptctl.core.names import step_dir_name
+from ckptctl.training.checkpointer import Checkpointer
 from ckptctl.training.errors import (
     CheckpointLoadError,
     CheckpointSaveError,
@@ -34,7 +28,9 @@ from ckptctl.training.errors import (
     UnsafeCheckpointError,
     UnsafeStateError,
 )
+from ckptctl.training.load import LoadResult
 from ckptctl.training.preemption import PREEMPTED_EXIT_CODE, PreemptedExit
+from ckptctl.training.save import SAVE_PHASES, SaveHandle, SaveResult
 from ckptctl.training.state import (
     PerRank,
     ResumableBatchSampler,

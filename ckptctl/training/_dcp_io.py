@@ -25,6 +25,7 @@ import os
 import pickle
 import posixpath
 import threading
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -38,13 +39,45 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from ckptctl.adapters.dcp_metadata import MetadataError, is_allowed_metadata_global, read_index
 from ckptctl.adapters.fastcrc import crc32 as fast_crc32
-from ckptctl.core.dcp import is_dtype_name
-from ckptctl.core.manifest import format_crc32
-from ckptctl.core.verify import is_plain_file_name
+from ckptctl.core.verify.contract import is_plain_file_name
+from ckptctl.core.verify.dcp import is_dtype_name
+from ckptctl.core.verify.manifest import format_crc32
 from ckptctl.training.errors import UnsafeCheckpointError
 
 METADATA_NAME = ".metadata"
 _READ_CHUNK_BYTES = 8 << 20
+
+# DCP warns on every single-process save/load; a 1-process run is a supported case here.
+_NO_DIST_WARNING = r"torch\.distributed is (disabled|unavailable)"
+warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
+
+
+@contextmanager
+def quiet_no_dist() -> Iterator[None]:
+    """Silence DCP's single-process warning (warning filters are global: main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
+        yield
+
+
+def unwrap_dcp_error(e: BaseException) -> BaseException:
+    """The first per-rank failure inside a DCP ``CheckpointException`` (or ``e`` itself)."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        for _rank, failure in sorted(failures.items()):
+            inner = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(inner, BaseException):
+                return inner
+    return e
+
+
+def is_dcp_exception(e: BaseException) -> bool:
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return isinstance(e, CheckpointException)
 
 
 # -- checksums while writing ------------------------------------------------------------------
@@ -205,21 +238,23 @@ class _ChecksummingFS:
             self.written.pop(posixpath.basename(os.fspath(path)), None)
 
 
-def make_writer(
-    url: str, *, is_local: bool, storage_options: dict[str, Any], thread_count: int = 1
-) -> Any:
-    """A DCP writer for ``url`` whose ``.fs.written`` lists what this rank wrote, with CRC-32s."""
-    writer: Any
-    if is_local:
-        writer = FileSystemWriter(url, sync_files=True, thread_count=thread_count, overwrite=True)
-    else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+def file_writer(path: str, *, thread_count: int = 1) -> Any:
+    """A DCP writer for a POSIX directory (files fsynced) whose ``.fs.written`` lists what this
+    rank wrote, with CRC-32s."""
+    writer: Any = FileSystemWriter(path, sync_files=True, thread_count=thread_count, overwrite=True)
+    writer.fs = _ChecksummingFS(writer.fs)
+    return writer
 
-        # fsync means nothing for an upload (close() completes it); DCP's fallback
-        # for streams without fileno() would be a machine-wide os.sync().
-        writer = FsspecWriter(
-            url, sync_files=False, thread_count=thread_count, overwrite=True, **storage_options
-        )
+
+def fsspec_writer(url: str, *, storage_options: dict[str, Any], thread_count: int = 1) -> Any:
+    """A DCP writer for an fsspec URL (an object store), with ``.fs.written`` like ``file_writer``."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    # fsync means nothing for an upload (close() completes it); DCP's fallback
+    # for streams without fileno() would be a machine-wide os.sync().
+    writer: Any = FsspecWriter(
+        url, sync_files=False, thread_count=thread_count, overwrite=True, **storage_options
+    )
     writer.fs = _ChecksummingFS(writer.fs)
     return writer
 
@@ -324,19 +359,22 @@ class _SafeFileSystemReader(_PreparsedMetadataMixin, FileSystemReader):
     pass
 
 
-def make_reader(
-    url: str, metadata: Metadata, *, is_local: bool, storage_options: dict[str, Any]
-) -> Any:
-    reader: Any
-    if is_local:
-        reader = _SafeFileSystemReader(url)
-    else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+def file_reader(path: str, metadata: Metadata) -> Any:
+    """A DCP reader for a POSIX directory that uses ``metadata`` (parsed safely) instead of
+    unpickling ``.metadata`` itself."""
+    reader: Any = _SafeFileSystemReader(path)
+    reader._ckptctl_metadata = metadata
+    return reader
 
-        class _SafeFsspecReader(_PreparsedMetadataMixin, FsspecReader):
-            pass
 
-        reader = _SafeFsspecReader(url, **storage_options)
+def fsspec_reader(url: str, metadata: Metadata, *, storage_options: dict[str, Any]) -> Any:
+    """``file_reader`` for an fsspec URL (an object store)."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    class _SafeFsspecReader(_PreparsedMetadataMixin, FsspecReader):
+        pass
+
+    reader: Any = _SafeFsspecReader(url, **storage_options)
     reader._ckptctl_metadata = metadata
     return reader
 

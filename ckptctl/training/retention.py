@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import parse_own_name
-from ckptctl.core.retention import RetentionCandidate, RetentionPolicy, plan_retention
+from ckptctl.core.rollback.retention import RetentionCandidate, RetentionPolicy, plan_retention
 from ckptctl.runroot import lock, mutate
 from ckptctl.runroot.root import RunRoot
 

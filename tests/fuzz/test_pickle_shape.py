@@ -1,4 +1,4 @@
-"""``check_shape`` (core/pickle_shape.py): no false alarms on real pickles, no miss on the bounds."""
+"""``check_shape`` (core/verify/pickle_shape.py): no false alarms on real pickles, no miss on the bounds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptctl.core.pickle_shape import MAX_NESTING, PickleShapeError, check_shape
+from ckptctl.core.verify.pickle_shape import MAX_NESTING, PickleShapeError, check_shape
 from tests.fuzz.test_fuzz import FUZZ
 
 LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=300) \

@@ -25,13 +25,13 @@ def _metadata(path: str) -> str:
 
 
 def _verify(path: str, deep: bool = False) -> str:
-    from ckptctl.ops.checkpoints import verify_checkpoint
+    from ckptctl.runroot.locate import verify_checkpoint
 
     return verify_checkpoint(path, deep=deep).status
 
 
 def _record(path: str) -> str:
-    from ckptctl.core.records import check_record
+    from ckptctl.core.verify.records import check_record
 
     findings, _ = check_record(Path(path).read_bytes())
     return "problems" if findings.problems or findings.hostile else "clean"
@@ -46,7 +46,7 @@ def _config(path: str) -> str:
 
 def _losslog(path: str) -> str:
     from ckptctl.adapters.follow import LineReader  # watch's reader: file -> lines -> events
-    from ckptctl.core.losslog import LossLogParser
+    from ckptctl.core.watch.losslog import LossLogParser
 
     parser = LossLogParser()
     events = 0
@@ -89,7 +89,7 @@ def run_one(target: str, path: str) -> dict[str, Any]:
     own: tuple[type[BaseException], ...] = (CkptctlError,)
     try:
         from ckptctl.adapters.dcp_metadata import MetadataError
-        from ckptctl.core.records import RecordFormatError
+        from ckptctl.core.verify.records import RecordFormatError
 
         own = (*own, MetadataError, RecordFormatError)
     except ImportError:

@@ -31,6 +31,8 @@ _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 _ISO_TIME = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _SYSLOG_TIME = _MONTH + r"\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?"
 _PCI = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+#: A host name, or one redacted by whoever posted the log ("...-48": the tail kept).
+_HOST_OR_REDACTED = r"(?:\.\.\.-?[A-Za-z0-9][A-Za-z0-9_-]*|" + _HOSTNAME + ")"
 
 #: ``(name, regex)`` in order; a field is taken from the first shape that gives it.
 #: Shapes anchored with ``^`` are line prefixes; the others are searched.
@@ -39,14 +41,18 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for name, pattern in (
         # "Mar 02 04:11:09 gpu-a07 kernel: ..." / "2025-01-19T11:02:13.1+00:00 h100-node-4 kernel: ..."
         ("syslog", r"^\s*(?:<\d{1,3}>\d?\s*)?(?P<time>" + _SYSLOG_TIME + "|" + _ISO_TIME + r")\s+"
-         r"(?P<host>" + _HOSTNAME + r")\s+[\w./@()-]+(?:\[\d+\])?:\s"),
+         r"(?P<host>" + _HOSTNAME + r")\s+(?P<program>[\w./@()-]+)(?:\[\d+\])?:\s"),
         # "[Sun Mar  2 04:47:19 2025] NVRM: ..." (dmesg -T) / "[88412.004118] NVRM: ..." (dmesg)
         ("dmesg-T", r"^\[(?P<time>" + _WEEKDAY + r"\s+" + _MONTH + r"\s+\d{1,2} \d\d:\d\d:\d\d \d{4})\]"),
         ("dmesg", r"^\[\s*(?P<time>\d+\.\d{3,9})\]"),
         # NCCL: "gpu-d01:31201:31377 [3] transport/net_ib.cc:1696 NCCL WARN ..." with any
         # source file (net plugins log .c files) or none (NCCL < 2.10)
-        ("nccl", r"(?:^|[\s\]:])(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+):\d+\s+\[(?P<gpu_index>\d+)\]\s+"
-         r"(?:[\w./+-]+:\d+\s+)?NCCL\s+(?:WARN|INFO|TRACE|ABORT|ERROR)\b"),
+        # (a source file auto-linked by a markdown renderer, "transport/[net_ib.cc:101](http://...)",
+        # and a host redacted by the poster, "...-48", are the same shape)
+        ("nccl", r"(?:^|[\s\]:])(?P<host>" + _HOST_OR_REDACTED + r"):(?P<pid>\d+):\d+\s+\[(?P<gpu_index>\d+)\]\s+"
+         r"(?:[\w./+-]*\[?[\w./+-]+:\d+(?:\]\([^)\s]{0,200}\))?\s+)?NCCL\s+(?:WARN|INFO|TRACE|ABORT|ERROR)\b"),
+        # UCX: "[1712345678.123456] [gpu-a12:12345:0]   ib_mlx5_log.c:179  UCX  ERROR ..."
+        ("ucx", r"^\[\d+\.\d+\]\s+\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+)(?::\w+)*\]\s"),
         # pdsh (DeepSpeed's multi-node runner): "gpu-e4: [rank11]: ..."
         ("pdsh", r"^(?:pdsh@\S+:\s+)?(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):\s"),
         # Open MPI --tag-output: "[1,5]<stderr>:..."; its process name: "[gpu-f2:22871] *** ..."
@@ -74,8 +80,18 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("k8s-describe-node", r"^Node:\s+(?P<host>" + _HOSTNAME + r")(?:/" + _IP + r")?\s*$"),
         ("k8s-describe-name", r"^Name:\s+(?P<pod>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\s*$"),
         ("node-name-field", r"\b(?:node[-_]?name|NodeName|hostname)\"?\s*[=:]\s*\"?(?P<host>" + _HOSTNAME + ")"),
-        # shell prompts pasted with their output: "ops@gpu-b07:~$ nvidia-smi", "[root@gpu-b07 ~]# dmesg"
-        ("shell-prompt", r"^\[?[\w.-]+@(?P<host>" + _HOSTNAME + r")[: ][^\s$#]*\]?[$#](?:\s|$)"),
+        # shell prompts pasted with their output: "ops@gpu-b07:~$ nvidia-smi", "[root@gpu-b07 ~]# dmesg",
+        # zsh's "ops@gpu-b07 ~ % dmesg", fish's "ops@gpu-b07 ~> dmesg"
+        ("shell-prompt", r"^\[?[\w.-]+@(?P<host>" + _HOSTNAME + r")(?:[: ][^\s$#%>]*)?\]?\s?[$#%>](?:\s|$)"),
+        # EC2 instance ids: libfabric's EFA errors ("My host id: i-... Peer host id: i-..."),
+        # termination handlers and HyperPod ("instance-id=i-...", "InstanceId": "i-...")
+        ("efa-host-id", r"\bMy host id: (?P<host>i-[0-9a-f]{8,17})\b"),
+        ("efa-peer-host-id", r"\bPeer host id: (?P<peer>i-[0-9a-f]{8,17})\b"),
+        ("instance-id", r"\b[Ii]nstance[-_ ]?[Ii][Dd]\"?\s*[=:]\s*\"?(?P<host>i-[0-9a-f]{8,17})\b"),
+        # Ray: "(raylet, ip=10.0.0.7)", "(RayWorkerWrapper pid=11305, ip=10.0.0.7)", "at node (ID: ..., IP: 10.0.0.7)",
+        # "... and address: 10.0.0.7 and node name: gpu-r3 has been marked dead"
+        ("ray-node-name", r"\band node name: (?P<host>" + _HOSTNAME + r") has been marked dead"),
+        ("ray-ip", r"(?:\((?:[\w.]+,? )?(?:pid=\d+, )?ip=|\bat node \(ID: [0-9a-f]+, IP: )(?P<host>" + _IP + r")\)"),
         # an IP and the host behind it: reverse DNS (host / dig -x / nslookup) and /etc/hosts
         ("reverse-dns", r"(?P<peer>" + _IP + r")\.in-addr\.arpa\.?\s+(?:domain name pointer|name =|\d*\s*IN\s+PTR)\s+"
          r"(?P<peer_host>" + _HOSTNAME + ")"),
@@ -133,6 +149,9 @@ class LineAttribution:
     pid: int | None = None
     cause_xid: int | None = None
     """An earlier XID the line names as its cause (``... due to Xid 48``)."""
+    program: str | None = None
+    """The program that wrote the line (the syslog tag: ``kernel``, ``python3``). Not a field
+    of events: the writer of a line (kubelet, slurmd) is not the program that failed."""
 
     def fields(self) -> dict[str, str]:
         """The non-empty attributes as strings (the same names as signature groups)."""
@@ -181,6 +200,7 @@ def attribute_line(text: str) -> LineAttribution:
         time=found.get("time"),
         pid=_int(found.get("pid")),
         cause_xid=_int(found.get("cause_xid")),
+        program=found.get("program"),
     )
 
 
@@ -201,7 +221,10 @@ def normalize_host(name: str | None) -> str | None:
     """
     if not name:
         return None
-    name = name.strip().strip(".").rstrip(",;:")
+    name = name.strip()
+    if name.startswith("...") and len(name) > 3:
+        return name.rstrip(",;:")  # redacted by the poster: the visible tail is the name
+    name = name.strip(".").rstrip(",;:")
     if not name or name.lower() in _NOT_HOSTS or name.startswith("<"):
         return None
     if _IPV4.match(name) or name.endswith(".arpa"):

@@ -14,12 +14,12 @@ from typing import Any, Literal, cast
 
 Category = Literal["infra", "job", "preemption"]
 VerdictCategory = Literal["infra", "job", "preemption", "unknown"]
-Role = Literal["cause", "symptom", "context"]
+Role = Literal["cause", "symptom", "context", "benign"]
 Severity = Literal["critical", "error", "warning", "info"]
 Confidence = Literal["high", "medium", "low"]
 
 CATEGORIES: tuple[Category, ...] = ("infra", "job", "preemption")
-ROLES: tuple[Role, ...] = ("cause", "symptom", "context")
+ROLES: tuple[Role, ...] = ("cause", "symptom", "context", "benign")
 SEVERITIES: tuple[Severity, ...] = ("critical", "error", "warning", "info")
 CONFIDENCES: tuple[Confidence, ...] = ("high", "medium", "low")
 
@@ -33,7 +33,7 @@ _CATEGORY_PRECEDENCE: dict[str, int] = {"infra": 3, "job": 2, "preemption": 1}
 #: drivers omit ``PCI:``). ``{code}`` is replaced by one code or by ``\d+``.
 XID_PATTERN_TEMPLATE = (
     r"\bXid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f]{{4,8}}:[0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}}"
-    r"(?:\.[0-7])?)\): (?P<xid>{code})\b"
+    r"(?:\.[0-7])?)\): (?P<xid>{code})\b(?:, pid=[^,]{{0,40}}, name=(?P<program>[^,\s]{{1,64}}))?"
 )
 
 _XID_LINE = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
@@ -43,7 +43,7 @@ _XID_LINE = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
 EVENT_GROUPS = frozenset(
     {
         "host", "gpu", "gpu_index", "rank", "local_rank", "xid", "signal", "exitcode", "pid",
-        "time", "peer", "pod", "cause_xid",
+        "time", "peer", "pod", "cause_xid", "code", "seq", "op", "numel", "pg", "program",
     }
 )  # fmt: skip
 #: Extra groups only context signatures use.
@@ -63,6 +63,10 @@ SIGNATURE_KEYS = frozenset(
         "settle",
         "drain",
         "xid",
+        "code",
+        "source",
+        "xid_report",
+        "fallback",
         "examples",
     }
 )
@@ -99,7 +103,9 @@ class Signature:
     divergence) or ``preemption`` (stopped from outside; just resume)."""
     role: Role = "cause"
     """``cause`` can decide a verdict; ``symptom`` is a consequence and never does;
-    ``context`` only attributes nearby lines (torchrun failure-table fields)."""
+    ``context`` only attributes nearby lines (torchrun failure-table fields);
+    ``benign`` is recognised and means nothing failed (a pending reason, a healthy
+    state): it makes no event, and shields the line from later entries."""
     severity: Severity = "error"
     """How bad the event is; ranks causes of equal confidence."""
     confidence: Confidence = "medium"
@@ -117,6 +123,19 @@ class Signature:
     They drive the fast prefilter; with none, the pattern itself is the prefilter."""
     xid: int | None = None
     """NVIDIA XID code this signature stands for (its pattern is then generated)."""
+    codes: tuple[str, ...] = ()
+    """Members of a finite vocabulary this entry stands for (Slurm reasons, LSF
+    ``TERM_*``, Kubernetes reasons...): the pattern's ``code`` group must be one of
+    them. Entries of one vocabulary share one pattern (compiled and matched once
+    per line), as XID entries share the kernel's XID line."""
+    source: str = ""
+    """Where the wording was read: the producer's repository and file, or its documentation."""
+    fallback: bool = False
+    """A catch-all (the generic Python exception): it decides only when no other cause
+    of its category explains the failure; otherwise its lines are consequences."""
+    xid_report: bool = False
+    """The line reports an NVIDIA XID by code in another tool's words (the device plugin,
+    DCGM): the code's own catalog entry decides, as for the kernel's line."""
     examples: tuple[str, ...] = ()
     """Real-looking lines the pattern must match (checked by the test suite)."""
 
@@ -190,9 +209,20 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
             f"{where}: pattern group {bad_groups[0]!r} is not one of {', '.join(sorted(allowed_groups))}"
         )
     category = cast(Category, _require_choice(entry, "category", where, CATEGORIES, None))
+    codes = _str_tuple(entry, "code", where)
+    if codes and "code" not in groups:
+        raise CatalogError(f"{where}: 'code' needs a pattern with a (?P<code>...) group")
     keywords = _str_tuple(entry, "keywords", where)
     if not keywords and xid_value is not None:
         keywords = ("Xid",)
+    if not keywords and codes:
+        keywords = codes  # each member is a literal of every line it matches
+    xid_report = entry.get("xid_report", False)
+    if not isinstance(xid_report, bool) or (xid_report and "xid" not in groups):
+        raise CatalogError(f"{where}: 'xid_report' must be true or false, with a (?P<xid>...) group")
+    fallback = entry.get("fallback", False)
+    if not isinstance(fallback, bool):
+        raise CatalogError(f"{where}: 'fallback' must be true or false, got {fallback!r}")
     drain = entry.get("drain", category == "infra" and role == "cause")
     if not isinstance(drain, bool):
         raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
@@ -211,6 +241,10 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         drain=drain,
         keywords=keywords,
         xid=xid_value,
+        codes=codes,
+        xid_report=xid_report,
+        fallback=fallback,
+        source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),
     )
 

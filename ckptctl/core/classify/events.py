@@ -54,6 +54,20 @@ class Event:
     """The line's timestamp as written."""
     cause_xid: int | None = None
     """An earlier XID the line names as its cause (``... due to Xid 48``)."""
+    code: str | None = None
+    """The vocabulary member the line names (a Slurm reason, an LSF ``TERM_*``, a
+    Kubernetes reason...), for signatures that stand for a finite set."""
+    program: str | None = None
+    """The program the line says failed (``python3`` of a kernel segfault line, an
+    XID's ``name=``, the syslog tag of a non-kernel program)."""
+    pg: str | None = None
+    """The process group of a collective (torch's ``PG ID``), when the line names it."""
+    seq: int | None = None
+    """The collective's sequence number (NCCL watchdog: ``SeqNum``)."""
+    op: str | None = None
+    """The collective's operation (``OpType=ALLREDUCE``)."""
+    numel: int | None = None
+    """The collective's input size in elements (``NumelIn``)."""
     first_failure: bool = False
     """Inside torchrun's "Root Cause (first observed failure)" record."""
     order: int = 0
@@ -103,6 +117,27 @@ def _signal_of(fields: Mapping[str, str]) -> str | None:
     if code is not None and code > 128 and code - 128 in _SIGNAL_NAMES:  # shells: 128+N
         return _SIGNAL_NAMES[code - 128]
     return None
+
+
+#: Names the training process itself goes by (Python, torch's worker threads, the
+#: launcher): failures under any of them are one program.
+_TRAINER_PROGRAMS = frozenset({"python", "torchrun", "pt_main_thread", "pt_autograd", "pt_elastic", "ray"})
+
+
+def _program_of(fields: Mapping[str, str]) -> str | None:
+    """The failing program a line names, normalised (``python3.11`` and ``pt_main_thread``
+    are the trainer, ``python``); the syslog tag only for programs other than the kernel."""
+    name = fields.get("program")
+    if not name:
+        return None
+    name = name.strip().strip("'\"").lower()
+    if not name or name in ("kernel", "<unknown>", "unknown"):
+        return None
+    base = name.rstrip("0123456789.")
+    for trainer in _TRAINER_PROGRAMS:
+        if base.startswith(trainer):
+            return "python"
+    return name[:64]
 
 
 @dataclass(slots=True)
@@ -212,6 +247,9 @@ class FileScanner:
         if sig.role == "context":
             self._observe_context(sig, fields, line_no)
             return None
+        if sig.role == "benign":
+            return None
+        sig = self._earlier_xid(sig, fields)
         head = self._message_head
         if (
             head is not None
@@ -262,9 +300,40 @@ class FileScanner:
             pod=fields.get("pod"),
             time=fields.get("time"),
             cause_xid=_int_or_none(fields.get("cause_xid")),
+            code=fields.get("code"),
+            program=_program_of(fields),
+            pg=fields.get("pg"),
+            seq=_int_or_none(fields.get("seq")),
+            op=fields.get("op"),
+            numel=_int_or_none(fields.get("numel")),
             first_failure=bool(record is not None and in_record and record.is_root),
             order=self._file_index * 10_000_000_000 + line_no,
         )
+
+    def _earlier_xid(self, sig: Signature, fields: dict[str, str]) -> Signature:
+        """An XID line that names the earlier XID it follows from ("... caused by previous
+        Xid 149") is evidence of that XID on the same GPU, when the earlier one is a
+        stronger cause (an XID 45 cleanup after an NVLink XID 149 is the NVLink error)."""
+        if sig.xid_report:
+            # Another tool's report of an XID: the code's own catalog entry decides.
+            code = _int_or_none(fields.get("xid"))
+            index = None if code is None else self.matcher.xid_signatures.get(code)
+            return sig if index is None else self.matcher.signatures[index]
+        earlier = _int_or_none(fields.get("cause_xid"))
+        if sig.xid is None or earlier is None or earlier == sig.xid:
+            return sig
+        index = self.matcher.xid_signatures.get(earlier)
+        if index is None:
+            return sig
+        cause = self.matcher.signatures[index]
+        if cause.role != "cause" or (
+            sig.role == "cause"
+            and (_CONFIDENCE_RANK[cause.confidence], _SEVERITY_RANK[cause.severity])
+            <= (_CONFIDENCE_RANK[sig.confidence], _SEVERITY_RANK[sig.severity])
+        ):
+            return sig
+        fields["xid"] = str(earlier)
+        return cause
 
     def _observe_context(self, sig: Signature, fields: dict[str, str], line_no: int) -> None:
         """Context lines: torchrun table fields and headers, section headers (a

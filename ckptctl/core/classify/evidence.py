@@ -6,6 +6,7 @@ count, hosts and ranks, and a few of them as evidence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -42,10 +43,25 @@ class Evidence:
     """Every host the input names, by any line shape (events, torchrun tables, section
     contexts such as a shell prompt or ``hostname: X``; not the far ends of links), at
     most ``NAMED_HOSTS_KEPT``: the verdict needs to know only whether there is exactly one."""
+    file_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per file, the hosts its lines name (at most ``NAMED_HOSTS_KEPT``)."""
+    time_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per second of the input (``time_key``), the hosts lines of that second name (at most
+    ``NAMED_HOSTS_KEPT``)."""
+    collectives: Mapping[tuple[str, str, int], Event] = field(default_factory=dict)
+    """Per (signature, process group, rank), the first watchdog line that names the
+    collective the rank waits in or how far it got (seq, op, numel)."""
+    programs: Mapping[str, Mapping[str, Event]] = field(default_factory=dict)
+    """Per host, the first failure event of each program that the lines name as failing."""
 
 
 #: How many distinct named hosts are kept (one is all the "only host" rule needs).
 NAMED_HOSTS_KEPT = 2
+#: Bounds of the cross-line indexes (collectives per rank, programs per host, seconds).
+MAX_COLLECTIVES = 100_000
+MAX_PROGRAM_HOSTS = 1000
+MAX_PROGRAMS_PER_HOST = 16
+MAX_TIMES = 100_000
 
 
 class EvidenceCollector:
@@ -69,8 +85,13 @@ class EvidenceCollector:
         self.num_files = 0
         self.num_lines = 0
         self.section_hosts: dict[str, None] = {}
+        self._file_hosts: dict[str, dict[str, None]] = {}
+        self._time_hosts: dict[str, dict[str, None]] = {}
+        self._collectives: dict[tuple[str, str, int], Event] = {}
+        self._programs: dict[str, dict[str, Event]] = {}
 
     def add(self, event: Event) -> None:
+        self._index(event)
         sid = event.signature.id
         self._signatures[sid] = event.signature
         self._count[sid] = self._count.get(sid, 0) + 1
@@ -90,6 +111,31 @@ class EvidenceCollector:
             if len(ranks) < self.max_hosts:
                 ranks.add(event.rank)
 
+    def _index(self, event: Event) -> None:
+        """The cross-line indexes: hosts per file and per second, collectives per rank,
+        failing programs per host (bounded)."""
+        host = event.host
+        if host is not None and event.host_source in ("line", "section"):
+            _add_bounded(self._file_hosts, event.file, host, len(self._file_hosts) < MAX_TIMES)
+            key = time_key(event.time)
+            if key is not None:
+                _add_bounded(self._time_hosts, key, host, len(self._time_hosts) < MAX_TIMES)
+        if event.rank is not None and (event.seq is not None or event.op is not None):
+            ckey = (event.signature.id, event.pg or "", event.rank)
+            if ckey not in self._collectives and len(self._collectives) < MAX_COLLECTIVES:
+                self._collectives[ckey] = event
+        if (
+            host is not None
+            and event.program is not None
+            and event.role in ("cause", "symptom")
+            and event.category != "preemption"
+        ):
+            progs = self._programs.get(host)
+            if progs is None and len(self._programs) < MAX_PROGRAM_HOSTS:
+                progs = self._programs[host] = {}
+            if progs is not None and len(progs) < MAX_PROGRAMS_PER_HOST:
+                progs.setdefault(event.program, event)
+
     def add_file(self, scanner: FileScanner) -> None:
         """Record a finished file: its line count and its torchrun rank->host table."""
         self.num_files += 1
@@ -103,6 +149,7 @@ class EvidenceCollector:
         for host in sorted(scanner.section_hosts):
             if len(self.section_hosts) < 1000:
                 self.section_hosts[host] = None
+            _add_bounded(self._file_hosts, scanner.file, host, len(self._file_hosts) < MAX_TIMES)
 
     def evidence(self) -> Evidence:
         """Freeze what was collected; lines that named only a rank get its host now."""
@@ -141,7 +188,51 @@ class EvidenceCollector:
             num_files=self.num_files,
             num_lines=self.num_lines,
             named_hosts=tuple(named),
+            file_hosts={k: tuple(v) for k, v in self._file_hosts.items()},
+            time_hosts={k: tuple(v) for k, v in self._time_hosts.items()},
+            collectives=dict(self._collectives),
+            programs={h: dict(p) for h, p in self._programs.items()},
         )
+
+
+def _add_bounded(index: dict[str, dict[str, None]], key: str, host: str, may_grow: bool) -> None:
+    hosts = index.get(key)
+    if hosts is None:
+        if not may_grow:
+            return
+        hosts = index[key] = {}
+    if len(hosts) < NAMED_HOSTS_KEPT:
+        hosts[host] = None
+
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1
+)}  # fmt: skip
+_TIME_SHAPES = (
+    # syslog "Jan 14 03:59:40", dmesg -T "Sun Jan 14 03:59:40 2026"
+    re.compile(r"(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)"),
+    # ISO "2026-01-14T03:59:40", "2026-01-14 03:59:40"
+    re.compile(r"\d{4}-(?P<mnum>\d\d)-(?P<day>\d\d)[T _](?P<hms>\d\d:\d\d:\d\d)"),
+    # glog "0114 03:59:40.118"
+    re.compile(r"^(?P<mnum>\d\d)(?P<day>\d\d) (?P<hms>\d\d:\d\d:\d\d)"),
+)
+
+
+def time_key(time: str | None) -> str | None:
+    """``MM-DD HH:MM:SS`` of a timestamp as the line wrote it, or None (relative dmesg
+    seconds, unknown shapes): lines of one second from different tools compare equal."""
+    if not time:
+        return None
+    for rx in _TIME_SHAPES:
+        m = rx.search(time)
+        if m is None:
+            continue
+        groups = m.groupdict()
+        month = _MONTHS.get((groups.get("mon") or "").lower()) if groups.get("mon") else int(groups["mnum"])
+        if not month:
+            continue
+        return f"{month:02d}-{int(groups['day']):02d} {groups['hms']}"
+    return None
 
 
 def _attribute_rank(event: Event, rank_hosts: Mapping[int, str]) -> Event:

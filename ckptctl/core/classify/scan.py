@@ -235,10 +235,28 @@ class Matcher:
             for sig in self.signatures
         ]
         # XID-only signatures share one compiled XID line (below): no pattern of their own.
-        self._compiled: list[re.Pattern[str] | None] = [
-            None if xid_only else re.compile(s.pattern)
-            for s, xid_only in zip(self.signatures, self._xid_only, strict=True)
+        # Entries of one vocabulary share their pattern: compiled once, matched once a line.
+        by_pattern: dict[str, int] = {}
+        patterns: list[re.Pattern[str]] = []
+        self._pattern_index: list[int] = []
+        for sig, xid_only in zip(self.signatures, self._xid_only, strict=True):
+            if xid_only:
+                self._pattern_index.append(-1)
+                continue
+            if sig.pattern not in by_pattern:
+                by_pattern[sig.pattern] = len(patterns)
+                patterns.append(re.compile(sig.pattern))
+            self._pattern_index.append(by_pattern[sig.pattern])
+        self._patterns = tuple(patterns)
+        self._codes: list[frozenset[str] | None] = [
+            frozenset(sig.codes) if sig.codes else None for sig in self.signatures
         ]
+        #: The signature of each XID code (the first in catalog order), for lines that
+        #: name an earlier XID as their cause.
+        self.xid_signatures: dict[int, int] = {}
+        for i, sig in enumerate(self.signatures):
+            if sig.xid is not None:
+                self.xid_signatures.setdefault(sig.xid, i)
         by_keyword: dict[str, list[int]] = {}
         self._always: tuple[int, ...] = tuple(
             i for i, sig in enumerate(self.signatures) if not sig.keywords
@@ -311,6 +329,7 @@ class Matcher:
         if text is None:
             text = strip_ansi(line.decode("utf-8", errors="replace"))
         xid_match: re.Match[str] | bool | None = False
+        searched: dict[int, re.Match[str] | None] = {}
         for i in indices:
             if self._xid_only[i]:
                 if xid_match is False:
@@ -319,8 +338,15 @@ class Matcher:
                     continue
                 m = cast(re.Match[str], xid_match)
             else:
-                found = cast(re.Pattern[str], self._compiled[i]).search(text)
+                p = self._pattern_index[i]
+                if p in searched:
+                    found = searched[p]
+                else:
+                    found = searched[p] = self._patterns[p].search(text)
                 if found is None:
+                    continue
+                codes = self._codes[i]
+                if codes is not None and found["code"] not in codes:
                     continue
                 m = found
             fields = {k: v for k, v in m.groupdict().items() if v is not None}

@@ -59,7 +59,11 @@ def name_suspects(
     symptoms: Sequence[Event],
     symptom_hosts: Sequence[str] = (),
 ) -> tuple[Suspect, ...]:
-    """Whom the evidence points at, most important first, each once."""
+    """Whom the evidence points at, most important first, each once.
+
+    A preemption suspects nobody: its root cause and its other causes are where the job
+    was ``stopped``, and torchrun's first failure, the peers and the reporters of
+    symptoms (the ranks that lost their peers when the job was stopped) are not listed."""
     out: list[Suspect] = []
     seen: set[tuple[object, ...]] = set()
 
@@ -85,6 +89,10 @@ def name_suspects(
             add(of(root, "stopped", f"stopped from outside: {label}"))
         else:
             add(of(root, "culprit", f"root cause: {label}"))
+    if root is not None and root.category == "preemption" and not is_link:
+        for e in causes:
+            add(of(e, "stopped", f"stopped from outside: {_label(e)}"))
+        return tuple(out)
     for e in causes:
         add(of(e, "cause", _label(e)))
     for e in first_failures:

@@ -23,6 +23,7 @@ from ckptctl.core.classify.catalog import (
 )
 from ckptctl.core.classify.events import Event
 from ckptctl.core.classify.evidence import Evidence, SignatureTally
+from ckptctl.core.classify.reasoning import reason_across_lines
 from ckptctl.core.classify.suspects import LINK_ACTION, Suspect, name_suspects
 
 
@@ -133,11 +134,12 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
     4. Hosts to drain: the hosts named by the winning infra causes that ask for a
        drain and are as confident as the best of them.
     """
+    evidence, across = reason_across_lines(evidence)
     tallies = evidence.tallies
     cause_tallies = [t for t in tallies if t.signature.role == "cause"]
     symptom_tallies = [t for t in tallies if t.signature.role == "symptom"]
     symptoms = tuple(e for t in symptom_tallies for e in t.samples[:max_samples])
-    symptom_reasons = tuple(
+    symptom_reasons = across + tuple(
         f"{_plural(t.count, 'line')} of {_label(t.signature)}"
         + (f" from {_plural(t.num_ranks, 'rank')}" if t.num_ranks > 1 else "")
         + (f" on {_plural(t.num_hosts, 'known host')}" if t.num_hosts else "")
@@ -188,6 +190,17 @@ def decide_verdict(evidence: Evidence, *, max_samples: int = 5) -> Verdict:
             + f" ({', '.join(sorted(corroborated[1]))})"
         )
     rivals = [c for c in ranked[1:] if best(by_category[c])[0] >= win_strength[0]]
+    if winner == "job" and not rivals:
+        # An application fault on a GPU that also shows a hardware cause (XID 13, then XID 109
+        # on the same GPU) is not certain: NVIDIA's catalog says such XIDs can be the hardware.
+        job_gpus = {(e.host, e.gpu) for t in win_tallies for e in t.samples if e.gpu}
+        infra_gpus = {
+            (e.host, e.gpu) for t in by_category.get("infra", ()) for e in t.samples if e.gpu
+        }
+        shared = sorted(g for h, g in job_gpus & infra_gpus if g)
+        if shared:
+            confidence = _LOWER_CONFIDENCE[confidence]
+            reasons.append(f"an infra cause names the same GPU ({', '.join(shared)}): not certain it is the job's")
     if rivals:
         confidence = _LOWER_CONFIDENCE[confidence]
         reasons.append(

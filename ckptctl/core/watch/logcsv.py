@@ -1,0 +1,63 @@
+"""CSV exports read by the watch: Lightning's ``metrics.csv``, W&B and TensorBoard scalar exports.
+
+Pure, stdlib only: a header names the step and training-loss columns; rows under it are read.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+from ckptctl.core.watch.logtokens import parse_float
+
+
+@dataclass(frozen=True, slots=True)
+class CsvHeader:
+    step_col: int
+    loss_col: int
+    epoch_col: int | None
+    num_cols: int
+    names: tuple[str, ...]
+
+
+def csv_row(text: str) -> list[str] | None:
+    if "," not in text:
+        return None
+    try:
+        rows = list(csv.reader([text]))
+    except csv.Error:
+        return None
+    return rows[0] if rows else None
+
+
+#: CSV columns read as the step, in order of preference (compared case-insensitively).
+CSV_STEP_KEYS: tuple[str, ...] = (
+    "step", "_step", "global_step", "trainer/global_step", "train/global_step", "iteration", "iter",
+)  # fmt: skip
+#: CSV columns read as the training loss, in order of preference: the per-step value
+#: before the plain name, never ``*_epoch`` averages; Megatron-style names.
+CSV_LOSS_KEYS: tuple[str, ...] = (
+    "train_loss_step", "train/loss_step", "loss_step", "train_loss", "train/loss", "loss",
+    "lm_loss", "lm loss", "train/lm_loss",
+)  # fmt: skip
+
+
+def csv_name(cell: str) -> str:
+    # W&B's export names a column "<run name> - train/loss" (and adds __MIN/__MAX columns)
+    name = cell.strip().lower()
+    return name.rsplit(" - ", 1)[-1] if " - " in name else name
+
+
+def csv_header(row: list[str]) -> CsvHeader | None:
+    names = [csv_name(c) for c in row]
+    step_col = next((names.index(k) for k in CSV_STEP_KEYS if k in names), None)
+    if step_col is None or any(parse_float(c) is not None for c in names if c):
+        return None  # no step column, or a row of numbers
+    keys = CSV_LOSS_KEYS
+    if names == ["wall time", "step", "value"]:
+        keys = ("value",)  # TensorBoard's scalar export: its one value column is the curve
+    for key in keys:
+        if key in names:
+            epoch_col = names.index("epoch") if "epoch" in names else None
+            return CsvHeader(step_col, names.index(key), epoch_col, len(names), tuple(names))
+    return None
