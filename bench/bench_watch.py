@@ -7,7 +7,7 @@ process; height 2-6 noise sd, decay 3-20 steps) before and after the resume,
 logging every 1, 5 or 10 steps, a crash 0-200 steps after the checkpoint, a
 pre-failure log that sometimes lost its last lines (buffered output), and a
 resume that is sometimes deterministic (re-run steps reproduce the pre-failure
-losses).
+losses) and otherwise re-runs the same batches give or take a tenth of the noise.
 
 One trial in five resumes early in training (steps 25-80 of a curve that
 still bends hard), where a straight baseline alone would be wrong.
@@ -133,8 +133,10 @@ def run_trial(trial: Trial, config: WatchConfig) -> tuple[str, bool]:
     decay = rng.uniform(5, 50) * interval if rng.random() < 0.5 else math.inf
     for t in range(resume + interval, resume + (config.num_steps + 10) * interval + 1, interval):
         line += 1
-        if deterministic and t in pre_loss:
-            value = pre_loss[t]
+        if t in pre_loss:
+            # A re-run step trains on the same batch as before the crash: the same loss when
+            # the training is deterministic, else give or take a tenth of the noise.
+            value = pre_loss[t] if deterministic else pre_loss[t] + 0.1 * noise(t)
         else:
             value = level(t) + noise(t) + drift(t) + _bump_at(post_bumps, t)
         value += trial.jump * level(resume) * math.exp(-(t - resume) / decay)

@@ -1,12 +1,15 @@
-"""Score ``ckptctl watch`` on labelled resume corpora, one folder at a time.
+"""Score ``ckptctl watch`` on labelled resume corpora, one folder at a time, and on the
+replay corpus.
 
-Default: the project's realistic corpus (tests/fixtures/losslogs_realistic/) and its
-blind held-out corpus (tests/fixtures/losslogs_holdout/). ``--corpus DIR`` (repeatable)
-names others. Two label formats are read:
+Default: the project's realistic corpus (tests/fixtures/losslogs_realistic/), its blind
+held-out corpus (tests/fixtures/losslogs_holdout/) and the replay corpus
+(tests/fixtures/losslogs_replay/). ``--corpus DIR`` (repeatable) names others in place
+of the first two; ``--replay-corpus DIR`` another replay corpus. Two label formats are read:
 
 * ``labels.json`` (the project's): ``{file: {"verdict": V, "notes": [codes]}}``; every
   log is read whole by ``ckptctl.ops.watch.watch_log`` (what ``ckptctl watch LOG``
   runs) with default thresholds and no hint: no ``--format``, no ``--resume-step``.
+  The labels were written by each corpus generator before the tool ran.
 * ``labels.yaml`` (a real-world corpus): ``entries`` with ``files`` (or ``file``),
   ``expected_verdict`` (else read from ``watch_expectation``: ``spike ...`` -> spike,
   ``no spike ...`` -> continuous, anything else -> no resume: any verdict but a problem
@@ -18,10 +21,16 @@ Per folder it prints: logs read, false alarms on smooth resumes (a problem verdi
 ``insufficient-data`` is counted apart as undecided), bad resumes missed
 (``continuous`` or ``insufficient-data``; those the label's ``tool_note`` calls too
 short are counted apart), the confusion of labels vs verdicts, expected notes found.
-
 Targets: every log read; no false alarm on a smooth resume; at most 1 bad in 10 missed.
 
-    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR ...] [--no-hints]
+The replay corpus (``tests/fixtures/losslogs_replay/``, ``make_replay.py``): real resumes
+of examples/train.py (torchrun, 2 gloo ranks, CPU), correct or with the data loader
+reset on purpose. Faults caught (those in reach: enough re-run steps), false alarms
+on the correct resumes, what the replay check said (``checks.replay.status``
+against the label's), and the out-of-reach faults apart. Targets: every fault in
+reach caught as ``data-stream-reset``, no false alarm.
+
+    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR ...] [--no-hints] [--replay-corpus DIR]
 """
 
 from __future__ import annotations
@@ -33,17 +42,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ckptctl.core.watch.model import NOTE_CODES
+from ckptctl.core.watch.model import NOTE_CODES, PROBLEMS
 from ckptctl.errors import CkptctlError
-from ckptctl.ops.watch import watch_log
+from ckptctl.ops.watch import WatchResult, watch_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 CORPORA = (FIXTURES / "losslogs_realistic", FIXTURES / "losslogs_holdout")
+REPLAY_CORPUS = FIXTURES / "losslogs_replay"
 MISSED = ("continuous", "insufficient-data")
 NO_RESUME = "no-resume"
 """A label for a log with no resume in it (a negative control): any verdict but a problem is right."""
-PROBLEMS = ("nan", "replayed-steps", "skipped-steps", "tokens-mismatch", "schedule-reset", "spike", "diverged")
 
 
 @dataclass
@@ -166,10 +176,65 @@ def score(corpus: Path, *, hints: bool, verbose: bool) -> bool:
     return ok
 
 
+def _read(corpus: Path, labels: dict[str, Any], verbose: bool) -> tuple[dict[str, WatchResult], list[str], float]:
+    results: dict[str, WatchResult] = {}
+    unread: list[str] = []
+    t0 = time.perf_counter()
+    for name in sorted(labels):
+        try:
+            results[name] = watch_log(str(corpus / name))
+        except CkptctlError as e:
+            unread.append(name)
+            if verbose:
+                print(f"  {name:40s} {labels[name]['verdict']:16s} UNREAD: {e.message}")
+    return results, unread, time.perf_counter() - t0
+
+
+def score_replay(corpus: Path, verbose: bool) -> bool:
+    labels = json.loads((corpus / "labels.json").read_text())
+    results, unread, elapsed = _read(corpus, labels, verbose)
+    clean = [n for n, v in labels.items() if v["verdict"] == "continuous"]
+    faults = [n for n in labels if n not in clean]
+    in_reach = [n for n in faults if not labels[n].get("out_of_reach")]
+    out_of_reach = [n for n in faults if labels[n].get("out_of_reach")]
+    false_alarms = [n for n in clean if n in results and results[n].verdict != "continuous"]
+    caught = [n for n in in_reach if n in results and results[n].verdict == labels[n]["verdict"]]
+    status_want = [n for n in clean if labels[n].get("replay")]
+    status_ok = [
+        n for n in status_want
+        if n in results and (results[n].report.checks.get("replay") or {}).get("status") == labels[n]["replay"]
+    ]  # fmt: skip
+    for name in sorted(labels) if verbose else ():
+        if name not in results:
+            continue
+        r = results[name]
+        replay = r.report.checks.get("replay") or {}
+        corr = replay.get("correlation")
+        mark = "ok" if r.verdict == labels[name]["verdict"] else "--" if labels[name].get("out_of_reach") else "XX"
+        print(
+            f"  {mark} {name:34s} label {labels[name]['verdict']:18s} verdict {r.verdict:18s} replay "
+            f"{replay.get('status', '-'):13s} pairs {replay.get('num_compared', '-')!s:>3s} "
+            f"r {'-' if corr is None else f'{corr:+.2f}'}"
+        )
+    print(f"corpus: {len(labels)} logs ({len(clean)} correct resumes, {len(faults)} faulty) in {corpus.name}/, read in {elapsed:.2f} s")
+    print(f"logs read:                {len(labels) - len(unread)}/{len(labels)}" + (f"  unread: {', '.join(unread)}" if unread else ""))
+    print(f"false alarms on correct:  {len(false_alarms)}/{len(clean)}" + (f"  ({', '.join(false_alarms)})" if false_alarms else ""))
+    print(f"faults caught (in reach): {len(caught)}/{len(in_reach)}" + (
+        f"  missed: {', '.join(sorted(set(in_reach) - set(caught)))}" if len(caught) < len(in_reach) else ""))
+    print(f"replay status as labelled on correct resumes: {len(status_ok)}/{len(status_want)}")
+    for name in out_of_reach:
+        got = results[name].verdict if name in results else "unread"
+        print(f"out of reach: {name} -> {got} ({labels[name]['out_of_reach']})")
+    ok = not unread and not false_alarms and len(caught) == len(in_reach)
+    print("targets (all read, 0 false alarms, every fault in reach caught): " + ("met" if ok else "NOT met"))
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per log, and the confusion table")
     ap.add_argument("--corpus", action="append", metavar="DIR", help="a labelled folder (repeatable); default: the project's two")
+    ap.add_argument("--replay-corpus", default=str(REPLAY_CORPUS), help="a corpus labelled like losslogs_replay/")
     ap.add_argument("--no-hints", action="store_true", help="never pass a labelled resume_step as --resume-step")
     args = ap.parse_args()
     corpora = [Path(c) for c in args.corpus] if args.corpus else list(CORPORA)
@@ -178,6 +243,9 @@ def main() -> int:
             ap.error(f"{corpus}: no labels.json or labels.yaml")
     for corpus in corpora:
         score(corpus, hints=not args.no_hints, verbose=args.verbose)
+    if Path(args.replay_corpus).is_dir():
+        print()
+        score_replay(Path(args.replay_corpus), args.verbose)
     return 0
 
 

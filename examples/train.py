@@ -28,6 +28,9 @@ Fault injection (for tests and drills):
                                 --crash-save-phase (shards_written: after every rank's shards
                                 and .metadata are on disk, before the manifest; manifest_written,
                                 marker_written: rank 0 only, before the commit rename)
+  --reset-data-on-resume        after a resume, start the data loader over (epoch 0, first
+                                batch): a loader recreated after the restore, so the data
+                                position is lost while everything else is restored
 
 Determinism: one intra-op thread per process, data drawn from a per-sample
 generator, and augmentation that uses Python's ``random``, NumPy and torch's
@@ -173,6 +176,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sleep per step (slows a run down for drills)",
     )
     p.add_argument("--log-all-ranks", action="store_true")
+    p.add_argument(
+        "--reset-data-on-resume",
+        action="store_true",
+        help="fault: after a resume, start the data loader over (the data position is lost)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.save_every < 1:
         p.error("--steps and --save-every must be >= 1")
@@ -286,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
                 say(
                     f"ckptctl-train resumed from={result.path} step={result.step} world_size={world} "
                     f"saved_world_size={result.saved_world_size}"
+                )
+            if args.reset_data_on_resume:
+                # The fault on purpose: a fresh sampler's state (epoch 0, nothing consumed).
+                sampler.load_state_dict(
+                    ResumableBatchSampler(args.num_samples, args.global_batch_size, seed=args.seed).state_dict()
                 )
 
     tokens_per_step = args.global_batch_size * args.seq_len

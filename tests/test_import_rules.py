@@ -1,6 +1,7 @@
 """The layering of DESIGN.md, checked on every module's imports (ast, nothing imported).
 
     cli -> ops -> runroot -> adapters -> core -> stdlib
+                 ops -> backends -> adapters -> core   (launch backends: I/O, beside adapters)
     training -> runroot / adapters / core   (never ops, never cli)
 
 Imports under ``if TYPE_CHECKING:`` are types only and never run; they may name any
@@ -26,20 +27,23 @@ SHARED = {"ckptctl", "ckptctl.errors", "ckptctl.exit_codes"}
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
     "adapters": {"adapters", "core"},
+    "backends": {"backends", "adapters", "core"},
     "runroot": {"runroot", "adapters", "core"},
-    "ops": {"ops", "runroot", "adapters", "core"},
+    "ops": {"ops", "runroot", "backends", "adapters", "core"},
     "training": {"training", "runroot", "adapters", "core"},
     "cli": {"cli", "ops", "core"},
 }
 #: Type-only imports (``if TYPE_CHECKING:``) may also name these.
 TYPE_ONLY_EXTRA: dict[str, set[str]] = {
-    "cli": {"runroot", "adapters"},
+    "cli": {"runroot", "adapters", "backends"},
 }
 #: Single modules a layer may also import at run time: ``list``/``locate``/``verify`` call the
 #: read-only use cases where they live (``runroot.locate``, shared with the training library)
 #: and build their options and read their results (``runroot.reports``); no shim in ``ops``.
 MODULE_EXTRA: dict[str, set[str]] = {
     "cli": {"ckptctl.runroot.locate", "ckptctl.runroot.reports"},
+    # reading ckptctl.yaml checks launch.backend against the backends' registry (the one list)
+    "adapters": {"ckptctl.backends.registry"},
 }
 #: Top-level modules and what they may import.
 TOP_LEVEL: dict[str, set[str]] = {
@@ -628,3 +632,105 @@ def test_core_subpackage_inits_hold_only_a_docstring(room: str) -> None:
     """Callers import from the module that defines a name; a room's ``__init__`` only says what is where."""
     body = ast.parse((PKG / "core" / room / "__init__.py").read_text(encoding="utf-8")).body
     assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), room
+
+
+# -- backends are strategies: nobody else branches on a backend's name ---------------------------------
+
+#: Where backend names may be compared: the backends themselves.
+BACKEND_HOME = PKG / "backends"
+
+
+def _backend_names() -> set[str]:
+    """The registry's names, read from its ``BACKENDS`` dict and each backend module's ``NAME``."""
+    names: set[str] = set()
+    for path in BACKEND_HOME.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                names.add(node.value.value)
+    return names
+
+
+#: Names of values that hold a launch backend's name (``rdzv_backend`` is torchrun's, not ours).
+_BACKEND_WORDS = {"backend", "backend_name"}
+
+
+def _mentions_backend(node: ast.expr) -> bool:
+    """``backend``, ``config.launch.backend``, ``job.get("backend")``, ``job["backend"]``."""
+    if isinstance(node, ast.Name):
+        return node.id in _BACKEND_WORDS
+    if isinstance(node, ast.Attribute):
+        return node.attr in _BACKEND_WORDS
+    if isinstance(node, ast.Call):
+        return any(isinstance(a, ast.Constant) and a.value == "backend" for a in node.args) or (
+            isinstance(node.func, ast.Attribute) and _mentions_backend(node.func.value) and node.func.attr == "get"
+        )
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "backend"
+    return False
+
+
+def backend_name_branches(source: str, names: set[str]) -> list[str]:
+    """Comparisons (and ``match`` cases) that test a backend's name: against one of ``names``,
+    or a value called ``backend`` against any string."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = [
+                c.value
+                for side in sides
+                for c in ([side] if isinstance(side, ast.Constant) else getattr(side, "elts", []))
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            if any(c in names for c in consts) or (consts and any(_mentions_backend(x) for x in sides)):
+                out.append((node.lineno, f"compares a backend name ({', '.join(map(repr, consts))})"))
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                lits = [
+                    p.value.value
+                    for p in ast.walk(case.pattern)
+                    if isinstance(p, ast.MatchValue) and isinstance(p.value, ast.Constant)
+                ]
+                if any(v in names for v in lits):
+                    out.append((case.pattern.lineno, "matches a backend name"))
+    return [f"line {n}: {what}" for n, what in sorted(out)]
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: module_name(p))
+def test_only_the_backends_package_compares_backend_names(path: Path) -> None:
+    """Adding a backend is one module plus one registry line: nothing else may ``== "slurm"``."""
+    if BACKEND_HOME in path.parents:
+        return
+    found = backend_name_branches(path.read_text(encoding="utf-8"), _backend_names())
+    assert not found, (
+        f"{module_name(path)} branches on a backend's name; ask the backend (ckptctl.backends.registry) instead: {found}"
+    )
+
+
+def test_the_backend_name_checker_sees_violations() -> None:
+    names = _backend_names()
+    assert {"local", "slurm"} <= names
+    src = (
+        "def f(config, job, kind, doc):\n"
+        "    if config.launch.backend == 'slurm':\n"
+        "        pass\n"
+        "    if job.get('backend') != 'kubernetes':\n"
+        "        pass\n"
+        "    if kind in ('local', 'x'):\n"
+        "        pass\n"
+        "    match kind:\n"
+        "        case 'slurm':\n"
+        "            pass\n"
+        "    return doc['kind'] == 'none' and kind == 'static'\n"
+    )
+    assert backend_name_branches(src, names) == [
+        "line 2: compares a backend name ('slurm')",
+        "line 4: compares a backend name ('kubernetes')",
+        "line 6: compares a backend name ('local', 'x')",
+        "line 9: matches a backend name",
+    ]

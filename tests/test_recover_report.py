@@ -143,15 +143,16 @@ def test_the_run_root_is_opened_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_job_file_keys_and_the_launch_record_agree() -> None:
     """``.ckptctl/job.json`` (read by ``ckptctl status``) is the launch record plus its owner."""
-    from ckptctl.ops.recover_effects import JobFile
+    from ckptctl.core.rollback.model import Who
     from ckptctl.runroot import audit
+    from ckptctl.runroot.state import ActiveJob
 
-    who = audit.Who(time="2026-11-22T10:00:00Z", user="ann", host="login1", pid=42, ckptctl_version="9.9")
+    who = Who(time="2026-11-22T10:00:00Z", user="ann", host="login1", pid=42, ckptctl_version="9.9")
     launch = audit.Launch(
         who=who, backend="local", job_id="4242", script=None, detached=True,
         started="2026-11-22T10:00:01Z", resume_from="/r/step_20",
     )
-    doc = JobFile(launch=launch).to_json()
+    doc = ActiveJob.from_launch(launch).to_json()
     assert list(doc) == ["backend", "job_id", "script", "owner", "detached", "started", "resume_from", "log"]
     assert doc["owner"] == {"user": "ann", "host": "login1", "pid": 42}
     rec = launch.to_json()

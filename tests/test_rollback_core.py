@@ -14,13 +14,13 @@ from ckptctl.core.rollback.model import (
     NOTHING_TO_ROLL_BACK,
     NOTHING_TO_UNDO,
     ROOT_CHANGED,
-    Actor,
     Candidate,
     Refusal,
     RollbackPlan,
+    Who,
 )
 
-ACTOR = Actor(user="oncall", host="login-1", pid=4242, tool_version="9.9.9")
+ACTOR = Who(time="2026-11-21T03:12:00Z", user="oncall", host="login-1", pid=4242, ckptctl_version="9.9.9")
 STAMP = "20261121T031200Z"
 ROOT = "s3://bucket/run"
 

@@ -13,12 +13,12 @@ import fsspec
 import pytest
 
 from ckptctl.core.names import parse_checkpoint_name
-from ckptctl.core.rollback.model import AuditRecord
+from ckptctl.core.rollback.model import AuditRecord, Who
 from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
 from ckptctl.runroot import audit, mutate
 from ckptctl.runroot.root import RunRoot
 
-WHO = audit.Who(time="2026-11-21T03:12:00Z", user="u", host="h", pid=7, ckptctl_version="9.9")
+WHO = Who(time="2026-11-21T03:12:00Z", user="u", host="h", pid=7, ckptctl_version="9.9")
 
 # The JSON keys of each kind of record, in order, as the audit logs of earlier versions
 # hold them (a contract: add keys, never rename). "outcome"/"error" are added by write().
@@ -46,9 +46,8 @@ SCHEMA = {
 def records() -> list[audit.AuditEntry]:
     return [
         AuditRecord(
-            time=WHO.time, user="u", host="h", pid=7, action="quarantine", from_name="step_30",
-            to_name="step_30.quarantined-20261121T031200Z", step=30, reason="spike",
-            ckptctl_version="9.9", root="/r",
+            who=WHO, action="quarantine", from_name="step_30",
+            to_name="step_30.quarantined-20261121T031200Z", step=30, reason="spike", root="/r",
         ),
         audit.BreakLock(who=WHO, root="/r", reason="stale", stale_lock={"pid": 1}),
         audit.StepRemoved(who=WHO, root="/r", name="step_10", step=10, reason="keep_last=2"),
@@ -85,8 +84,7 @@ def test_write_adds_the_outcome_to_changes_of_step_directories_only(tmp_path: Pa
 def test_an_action_outside_the_closed_set_is_refused(tmp_path: Path) -> None:
     root = RunRoot.open(str(tmp_path))
     odd = AuditRecord(
-        time=WHO.time, user="u", host="h", pid=7, action="delete-everything", from_name="a",
-        to_name="b", step=None, reason=None, ckptctl_version="9.9", root="/r",
+        who=WHO, action="delete-everything", from_name="a", to_name="b", step=None, reason=None, root="/r",
     )
     with pytest.raises(ValueError, match="not one of"):
         audit.write(root, odd)
@@ -161,9 +159,8 @@ def test_quarantine_and_restore_check_the_record_kind(tmp_path: Path) -> None:
     (tmp_path / "step_30").mkdir()
     root = RunRoot.open(str(tmp_path))
     rec = AuditRecord(
-        time=WHO.time, user="u", host="h", pid=7, action="restore", from_name="step_30",
-        to_name="step_30.quarantined-20261121T031200Z", step=30, reason=None,
-        ckptctl_version="9.9", root=root.url,
+        who=WHO, action="restore", from_name="step_30",
+        to_name="step_30.quarantined-20261121T031200Z", step=30, reason=None, root=root.url,
     )
     with pytest.raises(ValueError, match="not a quarantine record"):
         mutate.quarantine(root, rec)

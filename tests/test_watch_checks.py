@@ -63,18 +63,26 @@ def run_log(
     pre_filter: Callable[[int], bool] | None = None, first: int | None = None, relative: bool = False,
 ) -> list[str]:
     rng = random.Random(seed)
+    batches: dict[int, float] = {}
+
+    def noise(s: int) -> float:
+        # a re-run step trains on the same batch (a faithful resume): its noise, give or take a
+        # tenth for non-deterministic kernels
+        z = rng.gauss(0, 0.01)
+        return batches[s] + 0.1 * z if s in batches else batches.setdefault(s, z)
+
     lines = []
     for s in range(every, crash + 1, every):
         if pre_filter is not None and not pre_filter(s):
             continue
-        lines.append(line(s, curve(s) * (1 + rng.gauss(0, 0.01)), wall=T0 + s * SEC_PER_STEP, scale=65536.0))
+        lines.append(line(s, curve(s) * (1 + noise(s)), wall=T0 + s * SEC_PER_STEP, scale=65536.0))
     lines.append("srun: error: node-[REDACTED]: task 3: Killed")
     if marker:
         lines.append(f"Resumed from step {ckpt} (restored checkpoint)")
     restart = T0 + crash * SEC_PER_STEP + 300
     start = first if first is not None else ckpt + every
     for s in range(start, until + 1, every):
-        v: dict[str, float] = {"loss": curve(s) * (1 + rng.gauss(0, 0.01)), "lr": lr_cosine(s), "tokens": s * TOKENS_PER_STEP,
+        v: dict[str, float] = {"loss": curve(s) * (1 + noise(s)), "lr": lr_cosine(s), "tokens": s * TOKENS_PER_STEP,
                                "tps": TOKENS_PER_STEP / SEC_PER_STEP * (1 + rng.gauss(0, 0.01)), "scale": 65536.0}
         if post is not None:
             post(s, v)
@@ -294,12 +302,16 @@ def _lightning_bars(*, restored: str, jump: float = 0.0) -> list[str]:
     validation loss in the postfix from epoch 1 on), a crash in epoch 3, a restore line
     naming the checkpoint by its path (``epoch=E-step=S.ckpt``), epoch 3 again."""
     rng = random.Random(5)
+    batches: dict[int, float] = {}
 
     def bars(epoch: int, upto: int, shift: float = 0.0) -> str:
         parts = [f"Epoch {epoch}:   0%|          | 0/200 [00:00<?, ?it/s]"]
         for n in range(10, upto + 1, 10):
             s = epoch * 200 + n
-            post = f"v_num=3, train_loss_step={curve(s) * (1 + rng.gauss(0, 0.01)) + shift:.3f}, lr=0.01"
+            z = rng.gauss(0, 0.01)
+            # epoch 3 again: the same batches (a faithful resume), give or take a tenth
+            z = batches[s] + 0.1 * z if s in batches else batches.setdefault(s, z)
+            post = f"v_num=3, train_loss_step={curve(s) * (1 + z) + shift:.3f}, lr=0.01"
             if epoch:
                 post += f", val_loss={curve(epoch * 200) + 0.1:.3f}, train_loss_epoch={curve(epoch * 200):.3f}"
             parts.append(f"Epoch {epoch}:  {n // 2:2d}%|#         | {n}/200 [00:{n // 10:02d}<00:30, 6.10it/s, {post}]")

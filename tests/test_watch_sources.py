@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +25,33 @@ def curve(step: int) -> float:
     return 2.0 + 8.0 * (step + 50) ** -0.4
 
 
+def _batch_noise(rng: random.Random) -> Callable[[int], float]:
+    """1% noise per step; a re-run step trains on the same batch (a faithful resume): its
+    noise, give or take a tenth for non-deterministic kernels."""
+    batches: dict[int, float] = {}
+
+    def noise(step: int) -> float:
+        z = rng.gauss(0, 0.01)
+        return batches[step] + 0.1 * z if step in batches else batches.setdefault(step, z)
+
+    return noise
+
+
 def _tb_run(logdir: Path, *, jump: float, restart_from: int = 400) -> None:
     pytest.importorskip("tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
     rng = random.Random(3)
+    noise = _batch_noise(rng)
     w = SummaryWriter(str(logdir))
     for s in range(10, 501, 10):
-        w.add_scalar("train/loss", curve(s) * (1 + rng.gauss(0, 0.01)), s)
+        w.add_scalar("train/loss", curve(s) * (1 + noise(s)), s)
         w.add_scalar("train/lr", 3e-4, s)
         w.add_scalar("eval/loss", curve(s) + 0.2, s)
     w.close()
     w = SummaryWriter(str(logdir))  # the relaunched job: a new event file
     for s in range(restart_from + 10, 701, 10):
-        w.add_scalar("train/loss", curve(s) * (1 + jump) * (1 + rng.gauss(0, 0.01)), s)
+        w.add_scalar("train/loss", curve(s) * (1 + jump) * (1 + noise(s)), s)
         w.add_scalar("train/lr", 3e-4, s)
     w.close()
 
@@ -62,14 +76,14 @@ def test_tensorboard_unknown_metric_is_a_usage_error(tmp_path: Path) -> None:
 def _mlflow_run(run: Path, *, jump: float) -> None:
     metrics = run / "metrics" / "train"
     metrics.mkdir(parents=True)
-    rng = random.Random(5)
+    noise = _batch_noise(random.Random(5))
     rows: list[str] = []
     lr_rows: list[str] = []
     t = 1_760_000_000_000
     for s in [*range(10, 501, 10), *range(410, 701, 10)]:  # a resumed run logs its steps again
         t += 1000
         bump = 1 + jump if s > 400 and t > 1_760_000_050_000 else 1.0
-        rows.append(f"{t} {curve(s) * bump * (1 + rng.gauss(0, 0.01))!r} {s}")
+        rows.append(f"{t} {curve(s) * bump * (1 + noise(s))!r} {s}")
         lr_rows.append(f"{t} 0.0003 {s}")
     (metrics / "loss").write_text("\n".join(rows) + "\n")
     (metrics / "lr").write_text("\n".join(lr_rows) + "\n")

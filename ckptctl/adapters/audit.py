@@ -15,14 +15,15 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from ckptctl import __version__
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import STATE_DIR_NAME
-from ckptctl.core.rollback.model import Actor
+from ckptctl.core.rollback.model import Who
 
 __all__ = [
     "AUDIT_LOG_NAME",
@@ -31,8 +32,10 @@ __all__ = [
     "audit_log_path",
     "current_actor",
     "current_user",
+    "iso_utc",
     "read_log",
     "state_dir",
+    "utc_now",
 ]
 
 AUDIT_LOG_NAME = "audit.jsonl"
@@ -54,9 +57,20 @@ def current_user() -> str:
         return f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"
 
 
-def current_actor() -> Actor:
-    """Who is acting, for audit records and lock files."""
-    return Actor(user=current_user(), host=socket.gethostname(), pid=os.getpid(), tool_version=__version__)
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso_utc(when: datetime) -> str:
+    """``2026-11-21T03:12:00Z``: the ``time`` field of every record."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def current_actor(clock: Callable[[], datetime] = utc_now) -> Who:
+    """Who is acting, now (``clock``), for audit records, lock files and the active job."""
+    return Who(
+        time=iso_utc(clock()), user=current_user(), host=socket.gethostname(), pid=os.getpid(), ckptctl_version=__version__
+    )
 
 
 def append_record(storage: Storage, root: str, record: Mapping[str, Any]) -> None:

@@ -255,7 +255,7 @@ def _acquire(storage: Storage, root: str, operation: str) -> HeldLock:
         started=_now_iso(),
         operation=operation,
         token=uuid.uuid4().hex,
-        ckptctl_version=actor.tool_version,
+        ckptctl_version=actor.ckptctl_version,
         proc_start=_proc_start(actor.pid),
     )
     data = json.dumps(info.to_json(), ensure_ascii=True).encode() + b"\n"

@@ -149,12 +149,14 @@ def drain_argv(hosts: Sequence[str], reason: str) -> list[str]:
 #: ``sinfo -t idle`` lists it (Slurm keeps DRAIN as a flag on IDLE): the long state name says
 #: ``drained``/``draining``, so the state is read, not filtered by ``-t``.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+#: The question ``usable_hosts`` asks (also shown in recover's capacity record).
+USABLE_HOSTS_ARGV = ("sinfo", "-h", "-N", "-o", "%N|%T")
 
 
 def usable_hosts() -> list[str]:
     """Nodes that can take work now: ``sinfo -h -N -o '%N|%T'``, state in ``USABLE_STATES``
     (a trailing ``*``/``~``/``#``... flag, e.g. ``idle~`` powered down, makes a node unusable)."""
-    out = _run(["sinfo", "-h", "-N", "-o", "%N|%T"]).stdout
+    out = _run(USABLE_HOSTS_ARGV).stdout
     hosts = []
     for line in out.splitlines():
         name, _, state = line.partition("|")

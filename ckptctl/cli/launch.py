@@ -107,19 +107,15 @@ def launch_cmd(
         out.warn(w)
 
     if dry_run:
-        batch = None
-        if cfg.launch.backend == "slurm":
-            # `ckptctl launch` runs torchrun here; recover would submit this script instead.
-            from ckptctl.ops.jobs import render_batch
-
-            batch = render_batch(cfg, plan)
+        # `ckptctl launch` runs torchrun here; recover would submit what the backend renders instead.
+        preview = launch_ops.preview_job(cfg, plan)
         if json_:
-            out.emit_json({"dry_run": True, **plan.to_json(), **({"slurm": batch.to_json()} if batch else {})})
+            out.emit_json({"dry_run": True, **plan.to_json(), **preview.to_json_section()})
         else:
             out.print_line(plan.display())
-            if batch is not None:
-                out.info("launch.backend is slurm: `ckptctl recover` submits this batch script:")
-                for line in batch.script.splitlines():
+            if preview.script is not None:
+                out.info(preview.script_note or "`ckptctl recover` submits this script:")
+                for line in preview.script.splitlines():
                     out.info("  " + line)
             for k, v in plan.env.items():
                 out.info(f"env: {k}={v}")

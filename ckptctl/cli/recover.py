@@ -52,10 +52,10 @@ def _render(report: RecoveryReport) -> None:
         c.print(f"checkpoint: {escape(ck.path)} (step {ck.step}, world size {ck.world_size})")
     if report.launch_plan and report.dry_run:
         c.print("command: " + escape(shlex.join(report.launch_plan.plan.argv)))
-        batch = report.launch_plan.slurm
-        if batch is not None:
-            c.print("batch script (" + escape(shlex.join(batch.sbatch_argv)) + "):")
-            for line in batch.script.splitlines():
+        preview = report.launch_plan.preview
+        if preview is not None and preview.script is not None:
+            c.print("batch script (" + escape(shlex.join(preview.submit_argv)) + "):")
+            for line in preview.script.splitlines():
                 c.print("  " + escape(line))
     for a in report.attempts:
         j = a.to_json()

@@ -187,11 +187,13 @@ def watch(
     json_output: JsonOpt = False,
 ) -> None:
     """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps,
-    tokens seen and learning-rate schedule consistent with the checkpoint.
+    tokens seen, data position and learning-rate schedule consistent with the checkpoint,
+    re-run steps on the same batches as before the failure.
 
     LOG: a text log (any logger; .gz too), a TensorBoard event file/dir or an MLflow run.
     Exit 0 when continuous, 3 for a problem (spike, nan, replayed-steps, skipped-steps,
-    tokens-mismatch, schedule-reset, diverged), 5 for insufficient-data (not decided).
+    tokens-mismatch, data-position-mismatch, schedule-reset, data-stream-reset, diverged),
+    5 for insufficient-data (not decided).
     """
     from ckptctl.ops import watch as watch_ops
 

@@ -3,17 +3,15 @@
 Reads the run root (read-only): each complete-looking checkpoint directory's
 ckptctl manifest (``created_unix_s``, ``save_duration_s``) or, without one, its
 files' modification times; and the audit log's recovery records
-(``<root>/.ckptctl/audit.jsonl``, action ``recover``) as the observed failures.
+(``runroot.state.recovery_entries``: the audit log's ``recover`` records) as the observed failures.
 The numbers come from ``ckptctl.core.recover.cadence.plan_cadence``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from ckptctl.adapters.audit import read_log
 from ckptctl.adapters.storage import Storage
 from ckptctl.core.names import parse_checkpoint_name
 from ckptctl.core.recover.cadence import (
@@ -25,6 +23,8 @@ from ckptctl.core.recover.cadence import (
 )
 from ckptctl.core.verify.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from ckptctl.errors import InputError, UsageError
+from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.state import recovery_entries
 
 SCHEMA = "ckptctl.cadence/1"
 #: Newest checkpoints read (each costs a listing or a manifest read).
@@ -55,15 +55,21 @@ class CadenceResult:
         }
 
 
-def cadence(root: str, *, mtbf: str | None = None) -> CadenceResult:
-    """Measure the run root's cadence; ``mtbf`` as ``90m``/``3h``/``2d`` overrides the audit log."""
+def cadence(root: str | RunRoot, *, mtbf: str | None = None) -> CadenceResult:
+    """Measure the run root's cadence; ``mtbf`` as ``90m``/``3h``/``2d`` overrides the audit log.
+
+    ``root``: a URL (resolved here, shown as given), or the ``RunRoot`` a caller already
+    opened (``recover``'s report section).
+    """
     try:
         mtbf_s = parse_duration(mtbf) if mtbf is not None else None
     except DurationError as e:
         raise UsageError(f"--mtbf: {e}") from e
-    storage, path = Storage.for_url(root)
+    rr = root if isinstance(root, RunRoot) else RunRoot.for_url(root)
+    shown = root if isinstance(root, str) else root.url
+    storage, path = rr.storage, rr.path
     if storage.info(path) is None:
-        raise InputError(f"{root}: no such run root")
+        raise InputError(f"{shown}: no such run root")
     names = [
         (cn, e)
         for e in storage.list_dir(path)
@@ -77,9 +83,9 @@ def cadence(root: str, *, mtbf: str | None = None) -> CadenceResult:
         for cn, e in names[-MAX_CHECKPOINTS:]
         if (t := _timing(storage, e.path, cn.step)) is not None
     ]
-    failures = _failure_times(storage, path)
+    failures = [when.timestamp() for e in recovery_entries(rr) if (when := e.when) is not None]
     report = plan_cadence(timings, failure_times_s=failures, mtbf_s=mtbf_s)
-    return CadenceResult(root=root, report=report, checkpoints=tuple(timings))
+    return CadenceResult(root=shown, report=report, checkpoints=tuple(timings))
 
 
 def _timing(storage: Storage, ckpt: str, step: int) -> CheckpointTiming | None:
@@ -105,15 +111,3 @@ def _timing(storage: Storage, ckpt: str, step: int) -> CheckpointTiming | None:
     return CheckpointTiming(
         step=step, time_s=max(times), save_duration_s=span, save_duration_source="file-times"
     )
-
-
-def _failure_times(storage: Storage, root: str) -> list[float]:
-    out = []
-    for rec in read_log(storage, root).records:
-        if rec.get("action") != "recover" or not isinstance(rec.get("time"), str):
-            continue
-        try:
-            out.append(datetime.fromisoformat(rec["time"].replace("Z", "+00:00")).timestamp())
-        except ValueError:
-            continue
-    return out

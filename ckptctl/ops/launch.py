@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from ckptctl.adapters import config_file
 from ckptctl.adapters.launch_result import LaunchResult, create_log_file
 from ckptctl.adapters.launcher import LineFn, OutputFn, Supervisor
+from ckptctl.backends import registry
+from ckptctl.backends.base import JobPreview
 from ckptctl.core.config.overrides import ConfigOverrides
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan, plan_launch
@@ -31,6 +33,7 @@ __all__ = [
     "launch",
     "load_config",
     "prepare_launch",
+    "preview_job",
     "resolve_resume_from",
     "run_launch",
 ]
@@ -44,6 +47,11 @@ def load_config(path: str | None = None, overrides: ConfigOverrides | None = Non
     defaults) with the command line's ``overrides`` applied. The CLI reads its config through
     this use case (it imports ``ops``, never ``adapters``)."""
     return config_file.load_config(path, overrides)
+
+
+def preview_job(config: CkptctlConfig, plan: LaunchPlan) -> JobPreview:
+    """What ``launch.backend`` would start for ``plan`` (``recover`` submits it; ``--dry-run`` shows it)."""
+    return registry.get(config.launch.backend).preview(config, plan)
 
 
 def resolve_resume_from(config: CkptctlConfig, value: str | None) -> str | None:

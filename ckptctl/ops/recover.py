@@ -219,7 +219,7 @@ def recover(
             ended = now()
             report.ended = iso(ended)
             report.incident = incident_record(report, rec.marks, logs)
-            report.cadence = steps.cadence_section(rr.url)
+            report.cadence = steps.cadence_section(rr)
             if not dry_run:
                 write_report(rr, report, ended)
     return report
@@ -327,6 +327,7 @@ def _walk(
         run = effects.launch(
             rec, config, lplan,
             detach=plan.detach,
+            attempt=attempt_no,
             decided=lambda _s=watch_state: _s.get("verdict") is not None,
             on_output=on_output,
             on_line=on_line if watcher is not None else None,

@@ -2,20 +2,21 @@
 
 ``recover`` walks the same plan with either ``DryEffects`` (show the drain command,
 render the launch or batch script, run nothing) or ``RealEffects`` (run the drain
-and audit it, start the job through its backend, record who owns it in the audit
-log and ``<root>/.ckptctl/job.json``). The walk has no ``if dry_run`` branches.
+and audit it, start the job through its backend (``backends.registry``), record who
+owns it in the audit log and the run root's active job (``runroot.state``, ``job.json``).
+The walk has no ``if dry_run`` branches.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ckptctl.adapters.audit import current_actor
 from ckptctl.adapters.runlock import INHERITED_TOKEN_ENV, HeldLock
+from ckptctl.backends import registry
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan
 from ckptctl.core.recover import decisions
@@ -24,39 +25,14 @@ from ckptctl.ops.recover_report import DrainRecord, LaunchRecord, iso
 from ckptctl.ops.recover_steps import Narrator
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.state import ActiveJob, write_active_job
 
 if TYPE_CHECKING:
-    from ckptctl.ops.jobs import JobRun
-
-#: The job the run root's last recovery started: ``<root>/.ckptctl/job.json`` (``ckptctl status``).
+    from ckptctl.backends.base import JobRun
 
 
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobFile:
-    """``<root>/.ckptctl/job.json``: the job the last recovery started and who owns it.
-
-    The audit log's ``launch`` record carries the same fields but ``owner`` (its
-    ``user``/``host``/``pid`` say it). Keys are a contract (``ckptctl status``).
-    """
-
-    launch: audit.Launch
-
-    def to_json(self) -> dict[str, Any]:
-        rec = self.launch
-        return {
-            "backend": rec.backend,
-            "job_id": rec.job_id,
-            "script": rec.script,
-            "owner": {"user": rec.who.user, "host": rec.who.host, "pid": rec.who.pid},
-            "detached": rec.detached,
-            "started": rec.started,
-            "resume_from": rec.resume_from,
-            "log": rec.log,
-        }
 
 
 class Effects:
@@ -79,14 +55,10 @@ class DryEffects(Effects):
         return None
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        if config.launch.backend == "slurm":
-            from ckptctl.ops.jobs import render_batch
-
-            batch = render_batch(config, plan)
-            rec.report.launch_plan = LaunchRecord(plan=plan, slurm=batch)
-            rec.log("launch", "would submit with " + shlex.join(batch.sbatch_argv) + ":\n" + batch.script.rstrip())
-        else:
-            rec.log("launch", "would run: " + shlex.join(plan.argv))
+        preview = registry.get(config.launch.backend).preview(config, plan)
+        if preview.section is not None:
+            rec.report.launch_plan = LaunchRecord(plan=plan, preview=preview)
+        rec.log("launch", preview.summary)
         rec.report.outcome = "dry-run"
         rec.report.reason = "dry run: the plan above would be carried out"
         return None
@@ -106,18 +78,18 @@ class RealEffects(Effects):
             return None
         outcome = steps.run_drain(cmd)
         rec.report.drain.append(outcome)
-        audit.write(self.root, audit.Drain(who=audit.Who.now(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
+        audit.write(self.root, audit.Drain(who=current_actor(self.clock), argv=cmd.argv, ok=bool(outcome.ok)))
         if outcome.failure is not None:
             return f"drain failed: {shown}: {outcome.failure}"
         rec.log("drain", f"drained: {shown}")
         return None
 
     def launch(self, rec: Narrator, config: CkptctlConfig, plan: LaunchPlan, **kw: Any) -> JobRun | None:
-        from ckptctl.ops.jobs import run_job
+        backend = registry.get(config.launch.backend)
 
         def on_submit(job_id: str, script: str | None) -> None:
             record = audit.Launch(
-                who=audit.Who.now(self.clock),
+                who=current_actor(self.clock),
                 backend=config.launch.backend,
                 job_id=job_id,
                 script=script,
@@ -126,12 +98,10 @@ class RealEffects(Effects):
                 resume_from=plan.resume_from,
             )
             audit.write(self.root, record)
-            self.root.storage.write_bytes(
-                audit.state_path(self.root, audit.JOB_FILE), (json.dumps(JobFile(launch=record).to_json(), indent=2) + "\n").encode()
-            )
+            write_active_job(self.root, ActiveJob.from_launch(record, attempt=kw.get("attempt")))
             rec.log("launch", f"{config.launch.backend} job {job_id} started" + (f" ({script})" if script else ""))
 
-        return run_job(
+        return backend.run(
             config,
             plan,
             detach=kw["detach"],

@@ -1,11 +1,10 @@
-"""The report of ``ckptctl recover`` (``--json`` document, ``schema: ckptctl.recover/1``) and
-where it is kept: ``<root>/.ckptctl/recovery-<UTC>.json``, pointed at by the audit log.
+"""The report of ``ckptctl recover`` (``--json`` document, ``schema: ckptctl.recover/1``); it is
+kept at ``<root>/.ckptctl/recovery-<UTC>.json`` (``runroot.state``), pointed at by the audit log.
 Every section is a typed record whose ``to_json()`` gives the keys; keys are added,
 never renamed."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,17 +12,23 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ckptctl import __version__
+from ckptctl.adapters.audit import current_actor
 from ckptctl.core.launch.plan import CapacityDecision, LaunchPlan, signal_name
-from ckptctl.core.launch.slurm_batch import SlurmBatch
 from ckptctl.core.recover import decisions, incidents
 from ckptctl.core.recover.plan import RecoveryPlan
 from ckptctl.errors import StorageError
 from ckptctl.runroot import audit
 from ckptctl.runroot.root import RunRoot
+from ckptctl.runroot.state import (
+    report_target,
+    report_view_target,
+    write_report_doc,
+    write_report_view,
+)
 
 if TYPE_CHECKING:
+    from ckptctl.backends.base import JobPreview, JobRun
     from ckptctl.ops.classify_result import ClassifyResult
-    from ckptctl.ops.jobs import JobRun
     from ckptctl.ops.rollback import RollbackResult
 
 
@@ -92,16 +97,17 @@ class CapacityRecord:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchRecord:
-    """The launch recover made (or would make): the torchrun plan and, with slurm, its batch script."""
+    """The launch recover made (or would make): the torchrun plan and, when the backend renders
+    one (slurm's batch script), what it would submit, under the backend's own key."""
 
     plan: LaunchPlan
-    slurm: SlurmBatch | None = None
-    """Shown by a dry run with ``launch.backend: slurm``."""
+    preview: JobPreview | None = None
+    """Shown by a dry run whose backend renders a job (``launch.backend: slurm``)."""
 
     def to_json(self) -> dict[str, Any]:
         doc = self.plan.to_json()
-        if self.slurm is not None:
-            doc["slurm"] = self.slurm.to_json()
+        if self.preview is not None:
+            doc.update(self.preview.to_json_section())
         return doc
 
 
@@ -259,22 +265,6 @@ class RecoveryReport:
         }
 
 
-def report_target(root: RunRoot, when: datetime) -> str:
-    """``<root>/.ckptctl/recovery-<UTC stamp>.json``, ``-2``, ``-3`` ... when taken.
-
-    The stamp has one-second resolution and two recoveries can end in the same
-    second (a job-fault refusal takes well under one): a later report must never
-    overwrite an earlier one that the audit log points at. Recoveries hold the
-    run-root lock while writing, so checking before writing is enough.
-    """
-    base = audit.state_path(root, f"recovery-{when.strftime('%Y%m%dT%H%M%SZ')}")
-    target, n = f"{base}.json", 1
-    while root.storage.exists(target):
-        n += 1
-        target = f"{base}-{n}.json"
-    return target
-
-
 def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
     """Write the report, then the audit log's ``recover`` record naming it (time: ``when``, the end),
     then its HTML view beside it (``ckptctl report`` of the run root, this recovery included)."""
@@ -288,15 +278,15 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
         target = report_target(root, when)
         report.report_path = storage.url(target)
         if run_report.html_available():
-            html_target = target.removesuffix(".json") + ".html"
+            html_target = report_view_target(target)
             report.report_html = storage.url(html_target)
         else:
             report.warnings.append("no HTML report written: it needs the 'report' extra (pip install 'ckptctl[report]')")
-        storage.write_bytes(target, (json.dumps(report.to_json(), indent=2) + "\n").encode())
+        write_report_doc(root, target, report.to_json())
         audit.write(
             root,
             audit.Recovery(
-                who=audit.Who.now(lambda: when),
+                who=current_actor(lambda: when),
                 outcome=report.outcome,
                 reason=report.reason,
                 report=report.report_path,
@@ -311,7 +301,7 @@ def write_report(root: RunRoot, report: RecoveryReport, when: datetime) -> None:
         return
     try:
         html = run_report.render_html(run_report.build_report(root, now=when))
-        storage.write_bytes(html_target, html.encode("utf-8"))
+        write_report_view(root, html_target, html)
     except Exception as e:  # the JSON report and the audit record are written; the view must not undo them
         report.warnings.append(f"could not write the HTML report: {type(e).__name__}: {e}")
         report.report_html = None

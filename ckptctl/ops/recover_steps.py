@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ckptctl.adapters.runlock import HeldLock
+from ckptctl.backends import registry
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import CapacityDecision
 from ckptctl.core.recover import decisions
@@ -26,9 +27,6 @@ from ckptctl.runroot.root import RunRoot
 
 if TYPE_CHECKING:
     from ckptctl.ops.rollback import RollbackResult
-
-#: What the slurm backend asks when no ``recover.hosts_command`` is set (``slurm.usable_hosts``).
-SINFO_USABLE = ("sinfo", "-h", "-N", "-o", "%N|%T")
 
 
 class Narrator(Protocol):
@@ -95,8 +93,10 @@ def await_capacity(
 
     lc, rc = config.launch, config.recover
     command = rc.hosts_command
-    use_slurm = not command and lc.backend == "slurm"
-    asked: tuple[str, ...] = tuple(command) if command else (SINFO_USABLE if use_slurm else ())
+    backend = registry.get(lc.backend)
+    # Without a hosts_command, a backend with a scheduler asks it (slurm: sinfo).
+    scheduler_query = None if command else backend.hosts_query()
+    asked: tuple[str, ...] = tuple(command) if command else (scheduler_query or ())
     start = clock()
     checks = 0
     while True:
@@ -107,13 +107,10 @@ def await_capacity(
             except RuntimeError as e:
                 rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=str(e))
                 return None, f"capacity check failed: {e}"
-        elif use_slurm:
-            # The slurm backend asks Slurm itself (sinfo) when no hosts_command is set.
-            from ckptctl.adapters import slurm
-
+        elif scheduler_query:
             try:
-                hosts = slurm.usable_hosts()
-            except slurm.SlurmError as e:
+                hosts = backend.usable_hosts()
+            except CkptctlError as e:
                 rec.report.capacity = CapacityRecord(decision=None, hosts_command=asked, checks=checks, error=e.message)
                 return None, f"capacity check failed: {e.message}"
         else:
@@ -247,7 +244,7 @@ def record_rollback(rec: Narrator, record: AttemptRecord, rb: RollbackResult, wh
     return True
 
 
-def cadence_section(root_url: str) -> dict[str, Any]:
+def cadence_section(root: RunRoot) -> dict[str, Any]:
     """RB-7's last check for the report: is the checkpoint interval still below the MTBF?
 
     Read-only (``ckptctl cadence``); a root it cannot measure gives the reason, never
@@ -256,6 +253,6 @@ def cadence_section(root_url: str) -> dict[str, Any]:
     from ckptctl.ops.cadence import cadence
 
     try:
-        return cadence(root_url).to_json()
+        return cadence(root).to_json()
     except CkptctlError as e:
         return {"error": e.message}

@@ -22,10 +22,11 @@ from typing import Any
 
 from ckptctl import __version__
 from ckptctl.errors import CkptctlError
-from ckptctl.ops.status import recovery_reports, run_incidents
+from ckptctl.ops.status import run_incidents
 from ckptctl.runroot import audit
 from ckptctl.runroot.locate import list_checkpoints
 from ckptctl.runroot.root import RunRoot, as_run_root
+from ckptctl.runroot.state import reports
 
 SCHEMA = "ckptctl.report/1"
 #: Audit actions the report shows (what happened to checkpoints and hosts).
@@ -43,7 +44,7 @@ def build_report(root: str | RunRoot, *, now: datetime | None = None) -> dict[st
         "generated": when.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "ckptctl_version": __version__,
         "incidents": run_incidents(rr),
-        "recoveries": recovery_reports(rr),
+        "recoveries": [r.doc for r in reports(rr)],
         "checkpoints": list_checkpoints(rr).to_json(),
         "audit": [r for r in records if r.get("action") in SHOWN_ACTIONS],
     }

@@ -1,100 +1,54 @@
 """``ckptctl status ROOT`` and ``ckptctl incidents ROOT``: read-only views of a run root's recoveries.
 
-``status``: the job the last recovery started (``.ckptctl/job.json``: backend, job
-id, owner) and where it is now (Slurm: ``squeue``/``scontrol``/``sacct``; local: is
-the pid alive), and the last recovery's outcome and loss-watch verdict.
-``incidents``: the ``incident`` record of every recovery report the audit log
-points at, summarised by ``core.recover.incidents.summarize_incidents``. Neither writes.
+``status``: the job the last recovery started (``runroot.state.ActiveJob``: backend, job
+id, owner) and where it is now (asked of its backend: ``backend.state``; Slurm:
+``squeue``/``scontrol``/``sacct``; local: is the pid alive), and the last recovery's
+outcome and loss-watch verdict (``runroot.state.reports``).
+``incidents``: the incident ledger (``runroot.state.incidents``: the ``incident`` record of
+every recovery report the audit log points at), summarised by
+``core.recover.incidents.summarize``. Neither writes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
-from ckptctl.adapters.audit import current_actor
-from ckptctl.core.recover.incidents import summarize_incidents
-from ckptctl.errors import CkptctlError
-from ckptctl.runroot import audit
+from ckptctl.backends import registry
+from ckptctl.core.launch.job import JobStatus
+from ckptctl.core.recover.incidents import summarize
 from ckptctl.runroot.root import RunRoot, as_run_root
+from ckptctl.runroot.state import ActiveJob, incidents, read_job, reports
 
 
-def _read_json(root: RunRoot, name: str) -> dict[str, Any] | None:
-    """``<root>/.ckptctl/<name>`` as a JSON object; None when missing or unreadable."""
-    storage, path = root.storage, audit.state_path(root, name)
-    try:
-        if storage.info(path) is None:
-            return None
-        doc = json.loads(storage.read_bytes(path).decode("utf-8", "replace"))
-    except (CkptctlError, ValueError, OSError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def recovery_reports(root: RunRoot) -> list[dict[str, Any]]:
-    """Every recovery report the audit log names, oldest first."""
-    out = []
-    for rec in audit.read(root).records:
-        if rec.get("action") != "recover" or not isinstance(rec.get("report"), str):
-            continue
-        url = rec["report"]
-        name = url.rstrip("/").rsplit("/", 1)[-1]
-        doc = _read_json(root, name)
-        if doc is not None:
-            out.append(doc)
-    return out
-
-
-def _job_now(job: dict[str, Any]) -> dict[str, Any]:
-    backend, job_id = job.get("backend"), str(job.get("job_id") or "")
-    if backend == "slurm" and job_id:
-        from ckptctl.adapters import slurm
-
-        try:
-            return slurm.job_state(job_id).to_json()
-        except slurm.SlurmError as e:
-            return {"job_id": job_id, "state": "UNKNOWN", "error": e.message}
-    if backend == "local" and job_id.isdigit():
-        owner = job.get("owner") or {}
-        if owner.get("host") not in (None, current_actor().host):
-            return {"job_id": job_id, "state": "UNKNOWN", "error": f"started on {owner.get('host')}, not this host"}
-        try:
-            os.kill(int(job_id), 0)
-            state = "RUNNING"
-        except ProcessLookupError:
-            state = "ENDED"
-        except PermissionError:
-            state = "RUNNING"
-        return {"job_id": job_id, "state": state}
-    return {"job_id": job_id or None, "state": "UNKNOWN"}
+def job_now(job: ActiveJob) -> JobStatus:
+    """Where ``job`` is now, in its backend's words; ``unknown`` for a backend this ckptctl lacks."""
+    backend = registry.find(job.backend)
+    if backend is None or not job.job_id:
+        return JobStatus(job_id=job.job_id or None, phase="unknown", detail={"job_id": job.job_id or None, "state": "UNKNOWN"})
+    return backend.state(job.ref())
 
 
 def run_status(root: str | RunRoot) -> dict[str, Any]:
     rr = as_run_root(root)
-    job = _read_json(rr, audit.JOB_FILE)
-    reports = recovery_reports(rr)
-    last = reports[-1] if reports else None
-    verdict = None
-    if last and last.get("attempts"):
-        verdict = last["attempts"][-1].get("watch_verdict")
+    job = read_job(rr)
+    stored = reports(rr)
+    last = stored[-1] if stored else None
     return {
         "schema": "ckptctl.status/1",
         "root": rr.url,
-        "job": None if job is None else {**job, "now": _job_now(job)},
+        "job": None if job is None else {**job.to_json(), "now": job_now(job).to_json()},
         "last_recovery": None
         if last is None
         else {
-            "outcome": last.get("outcome"),
-            "reason": last.get("reason"),
-            "ended": last.get("ended"),
-            "report": last.get("report_path"),
-            "watch_verdict": verdict,
+            "outcome": last.outcome,
+            "reason": last.reason,
+            "ended": last.ended,
+            "report": last.report_path,
+            "watch_verdict": last.last_watch_verdict,
         },
     }
 
 
 def run_incidents(root: str | RunRoot) -> dict[str, Any]:
     rr = as_run_root(root)
-    records = [r["incident"] for r in recovery_reports(rr) if isinstance(r.get("incident"), dict)]
-    return {"schema": "ckptctl.incidents/1", "root": rr.url, **summarize_incidents(records)}
+    return {"schema": "ckptctl.incidents/1", "root": rr.url, **summarize(incidents(rr))}

@@ -9,11 +9,12 @@ Three ways in, one decision (``ckptctl.core.watch.analyze.analyze``):
 * ``LossWatcher`` is the push form for a caller that already owns the read
   loop: ``feed(line)`` returns the result once decided, ``result()`` at any time.
 
-``ckptctl recover`` uses the verdict: ``continuous`` lets the run go on; any
-other verdict (``spike``, ``nan``, ``replayed-steps``, ``skipped-steps``,
-``tokens-mismatch``, ``schedule-reset``, ``diverged``) means fall back one
-checkpoint; ``insufficient-data`` means the question is still open (not enough
-steps yet, or no pre-failure baseline): resumed, not verified. When the job has
+``ckptctl recover`` acts on the verdict's class (``core.watch.model.VERDICT_CLASS``):
+``continuous`` (good) lets the run go on; a bad one (``spike``, ``nan``,
+``replayed-steps``, ``skipped-steps``, ``tokens-mismatch``, ``data-position-mismatch``,
+``schedule-reset``, ``data-stream-reset``, ``diverged``) means fall back one
+checkpoint; ``insufficient-data`` (undecided) means the question is still open (not
+enough steps yet, or no pre-failure baseline): resumed, not verified. When the job has
 ended, ``LossWatcher.result(final=True)`` judges a complete log on fewer than N
 points (at least ``min_judged_points``).
 """

@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar, Literal, get_args
 
 from ckptctl.adapters import audit as log_file
-from ckptctl.adapters.audit import AuditLog, current_actor
-from ckptctl.core.rollback.model import AuditRecord
+from ckptctl.adapters.audit import AuditLog
+from ckptctl.core.rollback.model import AuditRecord, Who, step_record
 from ckptctl.runroot.root import RunRoot
 
 AuditAction = Literal[
@@ -40,60 +40,8 @@ ACTIONS: frozenset[str] = frozenset(get_args(AuditAction))
 Outcome = Literal["done", "failed"]
 #: The ``actor`` field of records the training library writes.
 TRAINING_ACTOR = "ckptctl.training"
-#: The state file (under ``state_path``) naming the job the last recovery or launch started.
-JOB_FILE = "job.json"
 
 Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def iso_utc(when: datetime) -> str:
-    """``2026-11-21T03:12:00Z``: the ``time`` field of every record."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Who:
-    """Who acted, and when: the first fields of every record."""
-
-    time: str
-    user: str
-    host: str
-    pid: int
-    ckptctl_version: str
-
-    @classmethod
-    def now(cls, clock: Clock = utc_now) -> Who:
-        actor = current_actor()
-        return cls(
-            time=iso_utc(clock()),
-            user=actor.user,
-            host=actor.host,
-            pid=actor.pid,
-            ckptctl_version=actor.tool_version,
-        )
-
-    def head(self) -> dict[str, Any]:
-        return {"time": self.time, "user": self.user, "host": self.host, "pid": self.pid}
-
-
-def _step_record(
-    who: Who, action: str, *, from_: str | None, to: str | None, step: int | None, reason: str, root: str
-) -> dict[str, Any]:
-    """The leading keys every record about a step directory (or the lock) shares, in their order."""
-    return {
-        **who.head(),
-        "action": action,
-        "from": from_,
-        "to": to,
-        "step": step,
-        "reason": reason,
-        "ckptctl_version": who.ckptctl_version,
-        "root": root,
-    }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,7 +57,7 @@ class BreakLock:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **_step_record(self.who, self.action, from_=None, to=None, step=None, reason=self.reason, root=self.root),
+            **step_record(self.who, self.action, from_=None, to=None, step=None, reason=self.reason, root=self.root),
             "stale_lock": self.stale_lock,
         }
 
@@ -128,7 +76,7 @@ class StepRemoved:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **_step_record(self.who, self.action, from_=self.name, to=None, step=self.step, reason=self.reason,
+            **step_record(self.who, self.action, from_=self.name, to=None, step=self.step, reason=self.reason,
                            root=self.root),
             "actor": self.actor,
         }
@@ -149,7 +97,7 @@ class StepSuperseded:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **_step_record(self.who, self.action, from_=self.from_name, to=self.to_name, step=self.step,
+            **step_record(self.who, self.action, from_=self.from_name, to=self.to_name, step=self.step,
                            reason=self.reason, root=self.root),
             "actor": self.actor,
         }

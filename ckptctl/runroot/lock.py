@@ -19,6 +19,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from ckptctl.adapters.audit import current_actor, utc_now
 from ckptctl.adapters.runlock import (
     INHERITED_TOKEN_ENV,
     HeldLock,
@@ -43,7 +44,7 @@ def holder(root: RunRoot) -> LockInfo | None:
 
 
 @contextlib.contextmanager
-def hold(root: RunRoot, operation: str, *, clock: audit.Clock = audit.utc_now) -> Iterator[HeldLock]:
+def hold(root: RunRoot, operation: str, *, clock: audit.Clock = utc_now) -> Iterator[HeldLock]:
     """Hold the lock for the block; ``LockHeldError`` when someone else holds it."""
     with run_lock(root.storage, root.path, operation=operation) as held:
         if held.broke_stale is not None:
@@ -69,7 +70,7 @@ def _log_broken(root: RunRoot, stale: LockInfo, clock: audit.Clock) -> None:
     audit.write(
         root,
         audit.BreakLock(
-            who=audit.Who.now(clock),
+            who=current_actor(clock),
             root=root.url,
             reason=f"stale lock: holder pid {stale.pid} on {stale.host} is gone",
             stale_lock=stale.to_json(),

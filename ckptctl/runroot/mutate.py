@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 
+from ckptctl.adapters.audit import current_actor
 from ckptctl.core.names import deleting_name, parse_own_name, superseded_name
 from ckptctl.core.rollback.model import QUARANTINE, RESTORE, AuditRecord
 from ckptctl.core.verify.manifest import COMMIT_MARKER_NAME
@@ -85,7 +86,7 @@ def hide(root: RunRoot, name: str, *, step: int | None, reason: str) -> str:
         hidden = path
     audit.write(
         root,
-        audit.StepRemoved(who=audit.Who.now(), root=root.url, name=name, step=step, reason=reason),
+        audit.StepRemoved(who=current_actor(), root=root.url, name=name, step=step, reason=reason),
         best_effort=True,
     )
     return hidden
@@ -108,7 +109,7 @@ def supersede(root: RunRoot, name: str, token: str, *, step: int | None, reason:
     audit.write(
         root,
         audit.StepSuperseded(
-            who=audit.Who.now(), root=root.url, from_name=name, to_name=aside, step=step, reason=reason
+            who=current_actor(), root=root.url, from_name=name, to_name=aside, step=step, reason=reason
         ),
         best_effort=True,
     )

@@ -22,12 +22,9 @@ NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 MIN_NODES_POLICIES = ("wait", "shrink")
 #: Schedulers ``recover`` knows how to drain a host in.
 DRAIN_KINDS = ("slurm", "kubernetes", "none")
-#: How ``recover`` (and ``launch``) start the job: a supervised local torchrun, or a Slurm batch job.
-BACKENDS = ("local", "slurm")
 
 MinNodesPolicy = Literal["wait", "shrink"]
 DrainKind = Literal["slurm", "kubernetes", "none"]
-Backend = Literal["local", "slurm"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")

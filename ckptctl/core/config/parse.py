@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptctl.core.config.checks import (
@@ -82,8 +82,8 @@ def _launch_from(data: Mapping[str, Any]) -> LaunchConfig:
             kw[key] = str(value)
         elif key in ("monitor_interval_s", "stop_grace_s"):
             kw[key] = _number(value, where)
-        elif key == "slurm":
-            kw[key] = _slurm_from(_mapping(value, where))
+        elif key in _BACKEND_SECTIONS:
+            kw[key] = _BACKEND_SECTIONS[key](_mapping(value, where))
         elif key == "nproc_per_node" and isinstance(value, str) and value.strip().isdigit():
             kw[key] = int(value)
         else:
@@ -105,6 +105,11 @@ def _slurm_from(data: Mapping[str, Any]) -> SlurmConfig:
         else:
             kw[key] = value
     return SlurmConfig(**kw)
+
+
+#: ``launch.<backend>:`` option sections (a backend with options of its own adds one here and
+#: its dataclass to ``core/config/schema.py``).
+_BACKEND_SECTIONS: dict[str, Callable[[Mapping[str, Any]], Any]] = {"slurm": _slurm_from}
 
 
 def _recover_from(data: Mapping[str, Any]) -> RecoverConfig:

@@ -302,6 +302,14 @@ def _endpoint_host(endpoint: str) -> str:
     return endpoint.split(":", 1)[0]
 
 
+#: How a drained host stays out of the job when torchrun itself has no exclude list, for each
+#: ``recover.drain.kind`` that keeps it out (``none`` does not).
+DRAIN_KEEPS_OFF: dict[str, str] = {
+    "slurm": "drained Slurm nodes ({hosts}) are not allocated",
+    "kubernetes": "cordoned nodes ({hosts}) get no new pods",
+}
+
+
 def plan_launch(
     config: CkptctlConfig,
     *,
@@ -323,12 +331,9 @@ def plan_launch(
         if is_srun(launch.torchrun):
             exclude_via = "srun"
             notes.append(f"srun --exclude keeps the job off {hosts}")
-        elif drain_kind == "slurm":
+        elif drain_kind in DRAIN_KEEPS_OFF:
             exclude_via = "scheduler"
-            notes.append(f"torchrun has no exclude list: drained Slurm nodes ({hosts}) are not allocated")
-        elif drain_kind == "kubernetes":
-            exclude_via = "scheduler"
-            notes.append(f"torchrun has no exclude list: cordoned nodes ({hosts}) get no new pods")
+            notes.append(f"torchrun has no exclude list: {DRAIN_KEEPS_OFF[drain_kind].format(hosts=hosts)}")
         else:
             warnings.append(
                 f"torchrun has no exclude list and recover.drain.kind is 'none': nothing keeps the job "

@@ -13,9 +13,11 @@ stops a resume that fails the same way twice from the same checkpoint step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ckptctl.core.watch.model import BAD, GOOD, UNDECIDED, VERDICT_CLASS, verdict_class
 
 Category = Literal["infra", "job", "preemption", "unknown"]
 OnUnknown = Literal["resume", "stop"]
@@ -28,23 +30,17 @@ Outcome = Literal["recovered", "resumed-unverified", "stopped", "dry-run", "plan
 #: emergency checkpoint on SIGTERM: a preemption of the relaunched job.
 PREEMPTED_EXIT_CODE = 75
 
-#: What each loss-watch verdict means for the recovery. ``good``: the resume is verified
-#: (the only way to the ``recovered`` outcome). ``bad``: the resume restored the wrong
-#: state (loss jump, NaN, steps replayed/skipped, the LR schedule restarted, the data
-#: position off): quarantine the checkpoint and every one the attempt wrote, fall back one.
-#: ``unverified``: the watch could not tell. A verdict missing here (one a newer watch
-#: adds) is ``unverified``: never read as a success, never acted on as a failure.
-VERDICT_CLASSES: dict[str, VerdictClass] = {
-    "continuous": "good",
-    "spike": "bad",
-    "nan": "bad",
-    "diverged": "bad",
-    "replayed-steps": "bad",
-    "skipped-steps": "bad",
-    "schedule-reset": "bad",
-    "tokens-mismatch": "bad",
-    "insufficient-data": "unverified",
-}
+#: recover's word for each verdict class the watch declares (``core.watch.model.VERDICT_CLASS``,
+#: the one table): ``good``: the resume is verified (the only way to the ``recovered``
+#: outcome). ``bad``: the resume restored the wrong state (loss jump, NaN, steps
+#: replayed/skipped, the LR schedule restarted, the data position off): quarantine the
+#: checkpoint and every one the attempt wrote, fall back one. ``unverified`` (the watch's
+#: ``undecided``): the watch could not tell; a verdict this version does not know is
+#: ``unverified`` too: never read as a success, never acted on as a failure.
+_RECOVER_CLASS: dict[str, VerdictClass] = {GOOD: "good", BAD: "bad", UNDECIDED: "unverified"}
+
+#: Every watch verdict and what it means for the recovery (derived, never listed here).
+VERDICT_CLASSES: dict[str, VerdictClass] = {v: _RECOVER_CLASS[c] for v, c in VERDICT_CLASS.items()}
 
 #: Watch verdicts that mean the resume restored the wrong state: fall back one checkpoint.
 BAD_RESUME_VERDICTS = frozenset(v for v, c in VERDICT_CLASSES.items() if c == "bad")
@@ -52,9 +48,7 @@ BAD_RESUME_VERDICTS = frozenset(v for v, c in VERDICT_CLASSES.items() if c == "b
 
 def classify_verdict(verdict: str | None) -> VerdictClass:
     """``good`` / ``bad`` / ``unverified`` for a watch verdict (``None``: no watch ran)."""
-    if verdict is None:
-        return "unverified"
-    return VERDICT_CLASSES.get(verdict, "unverified")
+    return _RECOVER_CLASS[verdict_class(verdict)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,22 +132,35 @@ class DrainCommand:
         return {"kind": self.kind, "hosts": list(self.hosts), "argv": list(self.argv)}
 
 
+def _scontrol_drain(hosts: tuple[str, ...], reason: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """Slurm: one ``scontrol update ... State=DRAIN`` for every host at once."""
+    return ((hosts, ("scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}")),)
+
+
+def _kubectl_cordon(hosts: tuple[str, ...], reason: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """Kubernetes: ``kubectl cordon NODE``, one per host (the reason has no place there)."""
+    return tuple(((h,), ("kubectl", "cordon", h)) for h in hosts)
+
+
+#: ``recover.drain.kind`` -> the commands that take hosts out of that scheduler's pool, as
+#: ``(hosts, argv)`` pairs. ``none`` drains nothing. A new scheduler adds one entry here
+#: and its name to ``core.config.checks.DRAIN_KINDS``.
+DRAIN_METHODS: dict[str, Callable[[tuple[str, ...], str], tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]] = {
+    "slurm": _scontrol_drain,
+    "kubernetes": _kubectl_cordon,
+    "none": lambda hosts, reason: (),
+}
+
+
 def plan_drain(hosts: Sequence[str], *, kind: DrainKind | str, reason: str) -> tuple[DrainCommand, ...]:
-    """The drain step for the culprit hosts: Slurm DRAIN or Kubernetes cordon."""
+    """The drain step for the culprit hosts: Slurm DRAIN or Kubernetes cordon (``DRAIN_METHODS``)."""
     hosts = tuple(dict.fromkeys(h for h in hosts if h))
-    if not hosts or kind == "none":
+    if not hosts:
         return ()
-    if kind == "slurm":
-        return (
-            DrainCommand(
-                kind="slurm",
-                hosts=hosts,
-                argv=("scontrol", "update", f"NodeName={','.join(hosts)}", "State=DRAIN", f"Reason={reason}"),
-            ),
-        )
-    if kind == "kubernetes":
-        return tuple(DrainCommand(kind="kubernetes", hosts=(h,), argv=("kubectl", "cordon", h)) for h in hosts)
-    raise ValueError(f"unknown drain kind {kind!r} (slurm, kubernetes or none)")
+    method = DRAIN_METHODS.get(kind)
+    if method is None:
+        raise ValueError(f"unknown drain kind {kind!r} ({', '.join(DRAIN_METHODS)})")
+    return tuple(DrainCommand(kind=kind, hosts=group, argv=argv) for group, argv in method(hosts, reason))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

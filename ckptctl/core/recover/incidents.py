@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +46,91 @@ def _iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def build_incident(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Incident:
+    """One ledger record (schema ``ckptctl.incident/1``, the module docstring), typed."""
+
+    outcome: str | None
+    category: str | None
+    failure_time: str | None
+    detected: str | None
+    drained: str | None = None
+    capacity: str | None = None
+    relaunched: str | None = None
+    first_step: str | None = None
+    phases_s: Mapping[str, float | None] = field(default_factory=dict)
+    time_lost_s: float | None = None
+    crash_step: int | None = None
+    checkpoint_step: int | None = None
+    steps_recomputed: int | None = None
+    verdicts: tuple[str | None, ...] = ()
+    drained_hosts: tuple[str, ...] = ()
+    job_id: str | None = None
+    schema: str = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "outcome": self.outcome,
+            "category": self.category,
+            "failure_time": self.failure_time,
+            "detected": self.detected,
+            "drained": self.drained,
+            "capacity": self.capacity,
+            "relaunched": self.relaunched,
+            "first_step": self.first_step,
+            "phases_s": dict(self.phases_s),
+            "time_lost_s": self.time_lost_s,
+            "crash_step": self.crash_step,
+            "checkpoint_step": self.checkpoint_step,
+            "steps_recomputed": self.steps_recomputed,
+            "verdicts": list(self.verdicts),
+            "drained_hosts": list(self.drained_hosts),
+            "job_id": self.job_id,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Incident:
+        """A stored record, read leniently (a field of the wrong type is unknown, never an error)."""
+        phases = doc.get("phases_s")
+        return cls(
+            schema=_s(doc.get("schema")) or SCHEMA,
+            outcome=_s(doc.get("outcome")),
+            category=_s(doc.get("category")),
+            failure_time=_s(doc.get("failure_time")),
+            detected=_s(doc.get("detected")),
+            drained=_s(doc.get("drained")),
+            capacity=_s(doc.get("capacity")),
+            relaunched=_s(doc.get("relaunched")),
+            first_step=_s(doc.get("first_step")),
+            phases_s={str(k): _num(v) for k, v in phases.items()} if isinstance(phases, Mapping) else {},
+            time_lost_s=_num(doc.get("time_lost_s")),
+            crash_step=_int(doc.get("crash_step")),
+            checkpoint_step=_int(doc.get("checkpoint_step")),
+            steps_recomputed=_int(doc.get("steps_recomputed")),
+            verdicts=tuple(v if isinstance(v, str) else None for v in _list(doc.get("verdicts"))),
+            drained_hosts=tuple(h for h in _list(doc.get("drained_hosts")) if isinstance(h, str)),
+            job_id=None if doc.get("job_id") is None else str(doc.get("job_id")),
+        )
+
+
+def _s(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def make_incident(
     *,
     outcome: str,
     category: str | None,
@@ -60,7 +145,7 @@ def build_incident(
     verdicts: Sequence[str | None],
     drained_hosts: Sequence[str],
     job_id: str | None,
-) -> dict[str, Any]:
+) -> Incident:
     """One ledger record; phase durations chain from the failure (or the detection)."""
     times = {"failure_time": failure_time if failure_time and failure_time <= detected else None, "detected": detected,
              "drained": drained, "capacity": capacity, "relaunched": relaunched, "first_step": first_step}
@@ -76,23 +161,37 @@ def build_incident(
     recomputed = None
     if crash_step is not None and checkpoint_step is not None:
         recomputed = max(0, crash_step - checkpoint_step)
-    return {
-        "schema": SCHEMA,
-        "outcome": outcome,
-        "category": category,
-        **{k: _iso(v) for k, v in times.items()},
-        "phases_s": phases,
-        "time_lost_s": lost,
-        "crash_step": crash_step,
-        "checkpoint_step": checkpoint_step,
-        "steps_recomputed": recomputed,
-        "verdicts": [v for v in verdicts],
-        "drained_hosts": list(drained_hosts),
-        "job_id": job_id,
-    }
+    return Incident(
+        outcome=outcome,
+        category=category,
+        failure_time=_iso(times["failure_time"]),
+        detected=_iso(detected),
+        drained=_iso(drained),
+        capacity=_iso(capacity),
+        relaunched=_iso(relaunched),
+        first_step=_iso(first_step),
+        phases_s=phases,
+        time_lost_s=lost,
+        crash_step=crash_step,
+        checkpoint_step=checkpoint_step,
+        steps_recomputed=recomputed,
+        verdicts=tuple(verdicts),
+        drained_hosts=tuple(drained_hosts),
+        job_id=job_id,
+    )
+
+
+def build_incident(**kw: Any) -> dict[str, Any]:
+    """``make_incident(...)`` as the JSON record a report stores."""
+    return make_incident(**kw).to_json()
 
 
 def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: datetime | None = None) -> dict[str, Any]:
+    """``summarize`` of stored records (JSON), read with ``Incident.from_json``."""
+    return summarize([Incident.from_json(r) for r in records], run_start=run_start)
+
+
+def summarize(incidents: Sequence[Incident], *, run_start: datetime | None = None) -> dict[str, Any]:
     """Goodput/badput per incident and in total, MTBF, MTTR, per-host history (records oldest first).
 
     An incident's goodput is the time from the previous recovery's first step (or
@@ -103,37 +202,37 @@ def summarize_incidents(records: Sequence[Mapping[str, Any]], *, run_start: date
     prev_up: datetime | None = run_start
     good_total = bad_total = 0.0
     hosts: dict[str, dict[str, Any]] = {}
-    for rec in records:
-        failed = _t(rec.get("failure_time")) or _t(rec.get("detected"))
-        up = _t(rec.get("first_step"))
-        lost = rec.get("time_lost_s")
+    for inc in incidents:
+        failed = _t(inc.failure_time) or _t(inc.detected)
+        up = _t(inc.first_step)
+        lost = inc.time_lost_s
         good = None if prev_up is None or failed is None else max(0.0, (failed - prev_up).total_seconds())
         if good is not None:
             good_total += good
-        if isinstance(lost, (int, float)):
+        if lost is not None:
             bad_total += float(lost)
         if failed is not None:
             failures.append(failed)
         rows.append(
             {
                 "failure_time": _iso(failed),
-                "category": rec.get("category"),
-                "outcome": rec.get("outcome"),
+                "category": inc.category,
+                "outcome": inc.outcome,
                 "goodput_s": None if good is None else round(good, 3),
                 "badput_s": lost,
-                "steps_recomputed": rec.get("steps_recomputed"),
-                "verdicts": rec.get("verdicts", []),
-                "drained_hosts": rec.get("drained_hosts", []),
+                "steps_recomputed": inc.steps_recomputed,
+                "verdicts": list(inc.verdicts),
+                "drained_hosts": list(inc.drained_hosts),
             }
         )
-        for h in rec.get("drained_hosts") or []:
+        for h in inc.drained_hosts:
             entry = hosts.setdefault(h, {"host": h, "drains": 0, "infra_drains": 0, "times": []})
             entry["drains"] += 1
-            entry["infra_drains"] += rec.get("category") == "infra"
+            entry["infra_drains"] += inc.category == "infra"
             entry["times"].append(_iso(failed))
         prev_up = up or prev_up
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(failures)]
-    lost_values = [float(r["time_lost_s"]) for r in records if isinstance(r.get("time_lost_s"), (int, float))]
+    lost_values = [float(i.time_lost_s) for i in incidents if i.time_lost_s is not None]
     total = good_total + bad_total
     for entry in hosts.values():
         entry["rma_candidate"] = entry["infra_drains"] >= RMA_DRAINS

@@ -1,4 +1,4 @@
-"""The values of rollback and undo: candidates, the actor, the audit record, a plan, a refusal.
+"""The values of rollback and undo: candidates, who acts (``Who``), the audit record, a plan, a refusal.
 
 Pure data (stdlib only, no I/O); ``ckptctl.core.rollback.plan`` makes the plans.
 """
@@ -21,11 +21,12 @@ __all__ = [
     "QUARANTINE",
     "RESTORE",
     "ROOT_CHANGED",
-    "Actor",
     "AuditRecord",
     "Candidate",
     "Refusal",
     "RollbackPlan",
+    "Who",
+    "step_record",
 ]
 
 #: Audit actions a plan can carry (the audit log's ``action`` field).
@@ -82,50 +83,60 @@ class Candidate:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Actor:
-    """Who is acting, for the audit record (gathered by the ops layer)."""
-
-    user: str
-    host: str
-    pid: int
-    tool_version: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AuditRecord:
-    """One line of ``<root>/.ckptctl/audit.jsonl`` (schema in docs/rollback.md)."""
+class Who:
+    """Who acted, and when: the one identity type of ckptctl. The first fields of every audit
+    record (``runroot.audit``), the owner of a job (``runroot.state.ActiveJob``); gathered by
+    ``adapters.audit.current_actor``."""
 
     time: str
     """UTC, ISO 8601 extended, to the second: ``2026-11-21T03:12:00Z``."""
     user: str
     host: str
     pid: int
+    ckptctl_version: str
+
+    def head(self) -> dict[str, Any]:
+        """The leading keys of every audit record."""
+        return {"time": self.time, "user": self.user, "host": self.host, "pid": self.pid}
+
+
+def step_record(
+    who: Who, action: str, *, from_: str | None, to: str | None, step: int | None, reason: str | None, root: str
+) -> dict[str, Any]:
+    """The keys (in order) every audit record about a step directory (or the lock) starts with:
+    the one schema of ``quarantine``, ``restore``, ``break-lock``, ``retention-delete``, ``supersede``."""
+    return {
+        **who.head(),
+        "action": action,
+        "from": from_,
+        "to": to,
+        "step": step,
+        "reason": reason,
+        "ckptctl_version": who.ckptctl_version,
+        "root": root,
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditRecord:
+    """The audit record of a rollback or undo rename (schema in docs/rollback.md)."""
+
+    who: Who
     action: str
-    """``quarantine`` | ``restore`` (| ``break-lock``, written by the ops layer)."""
+    """``quarantine`` | ``restore``."""
     from_name: str
     """Directory name before the rename."""
     to_name: str
     """Directory name after the rename."""
     step: int | None
     reason: str | None
-    ckptctl_version: str
     root: str
     """The run root as the user named it (URL form)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "time": self.time,
-            "user": self.user,
-            "host": self.host,
-            "pid": self.pid,
-            "action": self.action,
-            "from": self.from_name,
-            "to": self.to_name,
-            "step": self.step,
-            "reason": self.reason,
-            "ckptctl_version": self.ckptctl_version,
-            "root": self.root,
-        }
+        return step_record(
+            self.who, self.action, from_=self.from_name, to=self.to_name, step=self.step, reason=self.reason, root=self.root
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,7 @@ codes) live in ``ckptctl.core.rollback.model``.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from ckptctl.core.names import (
@@ -42,11 +43,11 @@ from ckptctl.core.rollback.model import (
     QUARANTINE,
     RESTORE,
     ROOT_CHANGED,
-    Actor,
     AuditRecord,
     Candidate,
     Refusal,
     RollbackPlan,
+    Who,
 )
 
 __all__ = [
@@ -102,19 +103,15 @@ def _free_name(base: str, stamp: str, taken: Collection[str]) -> str:
 
 
 def _record(
-    action: str, *, root: str, src: str, dst: str, step: int, now_stamp: str, actor: Actor, reason: str | None
+    action: str, *, root: str, src: str, dst: str, step: int, now_stamp: str, actor: Who, reason: str | None
 ) -> AuditRecord:
     return AuditRecord(
-        time=stamp_to_iso(now_stamp),
-        user=actor.user,
-        host=actor.host,
-        pid=actor.pid,
+        who=replace(actor, time=stamp_to_iso(now_stamp)),
         action=action,
         from_name=src,
         to_name=dst,
         step=step,
         reason=reason,
-        ckptctl_version=actor.tool_version,
         root=root,
     )
 
@@ -139,7 +136,7 @@ def plan_rollback(
     *,
     root: str,
     now_stamp: str,
-    actor: Actor,
+    actor: Who,
     step: int | None = None,
     reason: str | None = None,
     other_names: Collection[str] = (),
@@ -267,7 +264,7 @@ def plan_undo(
     *,
     root: str,
     now_stamp: str,
-    actor: Actor,
+    actor: Who,
     step: int | None = None,
     reason: str | None = None,
     other_names: Collection[str] = (),

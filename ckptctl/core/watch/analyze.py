@@ -2,11 +2,14 @@
 
 Pure: functions on parsed events (``ckptctl.core.watch.losslog``), frozen dataclasses
 out. No I/O, no clock. ``analyze`` is the whole decision; ``WatchSession`` feeds
-it incrementally for a live log (``session``). The parts live beside it: ``model`` (the
-data), ``resume`` (rank, steps, segments, step checks), ``stats``
-(robust statistics), ``judge`` (the loss judgement and its words),
-``checks`` (tokens, schedule, throughput, loss scale, grad norm,
-self-baseline).
+it incrementally for a live log (``session``). ``analyze`` reads the log once (the
+rank, steps, segments and the resume) and runs every check of the registry
+(``registry.CHECKS``: each a small function with a declared name and the verdicts
+and note codes it may give) on the same ``context.CheckContext``; then it picks the
+verdict by precedence. The parts live beside it: ``model`` (the data, the verdicts
+and their classes), ``resume`` (rank, steps, segments, step checks), ``stats``
+(robust statistics), ``judge`` (the loss judgement and its words), ``checks``
+(tokens, schedule, throughput, loss scale, grad norm, self-baseline).
 
 How a log is read
 -----------------
@@ -73,65 +76,45 @@ What is judged
 * Lost lines: a forward step gap whose wall time (timestamps) matches the missing
   steps is lost log lines (note), not ``skipped-steps``.
 
-Precedence when several hold: nan > replayed-steps > skipped-steps >
-tokens-mismatch > schedule-reset > spike > diverged; ``continuous`` only with N
+* Re-run steps compared one by one with the run that wrote the checkpoint
+  (``replay``): the same level with an unrelated per-step pattern is
+  ``data-stream-reset``. The data-position lines of ``ckptctl.training``
+  (``datapos``): a first batch away from the recorded position is
+  ``data-position-mismatch``.
+
+Precedence when several hold (``model.VERDICTS``): nan > replayed-steps >
+skipped-steps > tokens-mismatch > data-position-mismatch > schedule-reset >
+spike > data-stream-reset > diverged; ``continuous`` only with N
 judged points (or, for a complete log, at least ``min_judged_points``) and
 nothing found; otherwise ``insufficient-data``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ckptctl.core.watch.axis import resume_window
-from ckptctl.core.watch.checks import (
-    check_loss_scale_and_grad_norm,
-    check_schedule,
-    check_throughput,
-    check_tokens,
-    self_baseline_shift,
-)
-from ckptctl.core.watch.judge import (
-    compare_reruns,
-    decide,
-    describe_decision,
-    describe_detection,
-    describe_losses,
-    describe_rerun,
-    judge_losses,
-    loss_curve,
-)
+from ckptctl.core.watch.axis import Axis, resume_window
+from ckptctl.core.watch.context import CheckContext, DataPosition, LossJudgement
+from ckptctl.core.watch.judge import decide, describe_decision, describe_detection, loss_curve
 from ckptctl.core.watch.logevents import EPOCH_AXIS, LogEvent
 from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,
     LOST_LOG_LINES,
-    NAN,
     RELATIVE_COUNTER,
-    REPLAYED,
-    SELF_BASELINE,
-    SKIPPED,
     VERDICTS,
-    WEIGHTS_ONLY,
-    BaselineStats,
     Finding,
-    ObservedStats,
-    RerunStats,
-    ThresholdStats,
+    Segment,
+    TracePoint,
     WatchConfig,
     WatchReport,
-    fmt_num,
 )
+from ckptctl.core.watch.registry import CHECKS, Check, run_checks
 from ckptctl.core.watch.resume import (
-    LOST_LINES_TIME_FACTOR,
     assign_steps,
-    check_marker_steps,
-    check_steps,
     checkpoint_holds_step,
-    last_save_before,
     log_interval_and_gap,
     lost_line_gaps,
     relative_offset,
@@ -139,7 +122,6 @@ from ckptctl.core.watch.resume import (
     step_convention,
     stitch,
     wall_time_per_step,
-    weights_only_marker,
 )
 
 __all__ = [
@@ -147,25 +129,30 @@ __all__ = [
 ]
 
 
-# -- the decision ------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Reading:
+    """The log read once: its points, segments and what was said about them so far."""
+
+    sources: list[tuple[str, Sequence[LogEvent]]]
+    points: list[TracePoint]
+    segments: list[Segment]
+    step_kind: str
+    rank: int | None
+    interval: int
+    gap_tol: float
+    sec_per_step: float | None
+    notes: list[str]
+    note_codes: list[str]
+    num_log_points: int
+    axis: Axis
+    """What the log's positions count (``axis``: step, epoch or epoch-batch)."""
+
+    @property
+    def logged_steps(self) -> bool:
+        return self.step_kind == "logged"
 
 
-def analyze(
-    log_events: Sequence[LogEvent],
-    *,
-    baseline_events: Sequence[LogEvent] | None = None,
-    resume_step: int | None = None,
-    config: WatchConfig | None = None,
-    checkpoint_tokens: float | None = None,
-    final: bool = False,
-) -> WatchReport:
-    """Judge the latest resume in ``log_events`` (see the module docstring).
-
-    ``checkpoint_tokens``: tokens seen recorded with the checkpoint (ckptctl's
-    manifest), for the tokens check. ``final``: the log is complete (not followed):
-    decide on fewer than N points when there are at least ``min_judged_points``.
-    """
-    cfg = config or WatchConfig()
+def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | None, cfg: WatchConfig) -> _Reading:
     sources: list[tuple[str, Sequence[LogEvent]]] = []
     if baseline_events is not None:
         sources.append(("baseline", baseline_events))
@@ -184,11 +171,6 @@ def analyze(
             f"no line, but {b.wall - a.wall if a.wall and b.wall else 0:.0f} s passed at the run's "
             f"{sec_per_step or 0:.3g} s/step: lost log lines (buffered output), not skipped steps"
         )
-    findings: list[Finding] = []
-    explanation: list[str] = []
-    num_log_points = sum(1 for p in points if p.source == "log")
-    num_baseline_points = len(points) - num_log_points
-    logged_steps = step_kind == "logged"
     if axis.by_epoch:
         notes.append(
             "the log's position is its epoch (one record per epoch)" if axis.name == EPOCH_AXIS else
@@ -196,291 +178,254 @@ def analyze(
             + (" (its step counter starts again every epoch)" if axis.composed else "")
             + "; steps below are positions on that axis"
         )
+    return _Reading(
+        sources=sources,
+        points=points,
+        segments=segments,
+        step_kind=step_kind,
+        rank=rank,
+        interval=interval,
+        gap_tol=gap_tol,
+        sec_per_step=sec_per_step,
+        notes=notes,
+        note_codes=note_codes,
+        num_log_points=sum(1 for p in points if p.source == "log"),
+        axis=axis,
+    )
 
-    if step_kind != "logged":
-        notes.append(
-            "the log carries no step numbers; points are numbered in order"
-            + (" and re-aligned by epoch after a restart" if step_kind == "epoch-aligned" else "")
-            + ", so replayed/skipped steps are only detected when the run restarts from the beginning"
-        )
-        if resume_step is not None:
-            notes.append(
-                f"--resume-step {resume_step} cannot be matched to a log without step numbers"
-            )
 
-    # Which segment is the resume.
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Which segment is the resume and the checkpoint step it is checked against."""
+
+    index: int | None
+    rs: int | None
+    rs_source: str | None
+    names_next: bool = False
+    """The restore line named the step (or epoch) to run next, not the one saved."""
+    on_epoch: bool = False
+    """``rs`` is the first position of an epoch the checkpoint was named by (``axis.resume_window``)."""
+
+
+def _find_resume(r: _Reading, resume_step: int | None) -> _Resume:
+    """Which segment is the resume (its index), and the checkpoint step with its source."""
+    segments = r.segments
     # (the log of one attempt only may open with its restore line: a resume with no history)
     candidates = [
         i for i, s in enumerate(segments)
         if s.source == "log" and (i > 0 or (s.marker is not None and s.marker.kind == "restore" and s.marker.step is not None))
     ]
-    first_step_ever = segments[0].first_step if segments else None
-    convention = step_convention(first_step_ever, interval)
-    # (a --baseline file is what the user had: an excerpt need not start where training did)
-    history_start = first_step_ever if segments and segments[0].source == "log" else None
-    resume_index: int | None = None
+    convention = step_convention(segments[0].first_step if segments else None, r.interval)
     rs, rs_source = (resume_step, "flag") if resume_step is not None else (None, None)
-    on_epoch = rs is not None and axis.name == EPOCH_AXIS  # (on the epoch axis --resume-step names an epoch)
+    on_epoch = rs is not None and r.axis.name == EPOCH_AXIS  # (on the epoch axis --resume-step names an epoch)
     names_next = False
-    if candidates:
-        if rs is not None and logged_steps:
-            lo, hi = resume_window(rs, convention, gap_tol, axis, False, on_epoch)
-            consistent = [i for i in candidates if lo <= segments[i].first_step <= hi]
-            resume_index = consistent[-1] if consistent else candidates[-1]
-        else:
-            resume_index = candidates[-1]
-        seg = segments[resume_index]
-        if rs is None and seg.marker is not None and seg.marker.step is not None:
-            rs, rs_source = seg.marker.step, "log-marker"
-            names_next, on_epoch = seg.marker.names_next, seg.marker.on_epoch
-        if (
-            resume_step is not None
-            and seg.marker is not None
-            and seg.marker.step is not None
-            and seg.marker.step != resume_step
-            and logged_steps
-        ):
-            notes.append(
-                f"the trainer says it loaded step {seg.marker.step} (line {seg.marker.line_no}) "
-                f"but the checkpoint step given is {resume_step}"
-            )
+    if not candidates:
+        return _Resume(None, rs, rs_source)
+    if rs is not None and r.logged_steps:
+        lo, hi = resume_window(rs, convention, r.gap_tol, r.axis, False, on_epoch)
+        consistent = [i for i in candidates if lo <= segments[i].first_step <= hi]
+        resume_index = consistent[-1] if consistent else candidates[-1]
+    else:
+        resume_index = candidates[-1]
+    seg = segments[resume_index]
+    if rs is None and seg.marker is not None and seg.marker.step is not None:
+        rs, rs_source = seg.marker.step, "log-marker"
+        names_next, on_epoch = seg.marker.names_next, seg.marker.on_epoch
+    if (
+        resume_step is not None
+        and seg.marker is not None
+        and seg.marker.step is not None
+        and seg.marker.step != resume_step
+        and r.logged_steps
+    ):
+        r.notes.append(
+            f"the trainer says it loaded step {seg.marker.step} (line {seg.marker.line_no}) "
+            f"but the checkpoint step given is {resume_step}"
+        )
+    return _Resume(resume_index, rs, rs_source, names_next, on_epoch)
 
-    if resume_index is None:
-        if not points:
-            explanation.append("no loss lines read yet")
-        elif baseline_events is not None and num_log_points == 0:
-            explanation.append("the log has no loss lines after the baseline yet")
-        else:
+
+def _no_resume(
+    r: _Reading, baseline_given: bool, rs: int | None, rs_source: str | None
+) -> WatchReport:
+    explanation: list[str] = []
+    segments = r.segments
+    if not r.points:
+        explanation.append("no loss lines read yet")
+    elif baseline_given and r.num_log_points == 0:
+        explanation.append("the log has no loss lines after the baseline yet")
+    else:
+        explanation.append(
+            f"no resume found: {r.num_log_points} points in one run "
+            f"(steps {segments[0].first_step}..{segments[-1].last_step}); the step counter never "
+            "restarts and no restore line was seen; pass the pre-failure log with --baseline"
+        )
+        if rs is not None and r.logged_steps and segments[0].first_step <= rs < segments[-1].last_step:
             explanation.append(
-                f"no resume found: {num_log_points} points in one run "
-                f"(steps {segments[0].first_step}..{segments[-1].last_step}); the step counter never "
-                "restarts and no restore line was seen; pass the pre-failure log with --baseline"
+                f"the log runs past checkpoint step {rs} without a restart: either the resumed "
+                "run has not logged yet, or it went on in this same log with no restore line; "
+                "the log alone cannot tell which"
             )
-            if rs is not None and logged_steps and segments[0].first_step <= rs < segments[-1].last_step:
-                explanation.append(
-                    f"the log runs past checkpoint step {rs} without a restart: either the resumed "
-                    "run has not logged yet, or it went on in this same log with no restore line; "
-                    "the log alone cannot tell which"
-                )
-        return WatchReport(
-            verdict=INSUFFICIENT,
-            decided=False,
-            resume_step=rs,
-            resume_step_source=rs_source,
-            resume_detected_by=None,
-            resume_line=None,
-            first_resumed_step=None,
-            step_kind=step_kind,
-            log_interval=interval if points else None,
-            rank=rank,
-            baseline=None,
-            threshold=None,
-            observed=None,
-            rerun=None,
-            findings=(),
-            explanation=tuple(explanation),
-            notes=tuple(notes),
-            num_points=num_log_points,
-            num_baseline_points=num_baseline_points,
-            num_segments=len(segments),
-            note_codes=tuple(note_codes),
-            step_axis=axis.name,
-            epoch_len=axis.epoch_len,
-            step_axis_composed=axis.composed,
-        )
+    return WatchReport(
+        verdict=INSUFFICIENT,
+        decided=False,
+        resume_step=rs,
+        resume_step_source=rs_source,
+        resume_detected_by=None,
+        resume_line=None,
+        first_resumed_step=None,
+        step_kind=r.step_kind,
+        log_interval=r.interval if r.points else None,
+        rank=r.rank,
+        baseline=None,
+        threshold=None,
+        observed=None,
+        rerun=None,
+        findings=(),
+        explanation=tuple(explanation),
+        notes=tuple(r.notes),
+        num_points=r.num_log_points,
+        num_baseline_points=len(r.points) - r.num_log_points,
+        num_segments=len(segments),
+        note_codes=tuple(r.note_codes),
+        step_axis=r.axis.name,
+        epoch_len=r.axis.epoch_len,
+        step_axis_composed=r.axis.composed,
+    )
 
-    resumed = segments[resume_index]
-    pre_segments = segments[:resume_index]
-    post_segments = segments[resume_index:]
-    offset, said = relative_offset(resumed, pre_segments, rs, logged_steps, history_start, interval)
-    if offset is not None:
-        # "Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
-        # relative to the restore.
-        post_segments = [
-            replace(s, points=tuple(replace(p, step=p.step + offset) for p in s.points)) for s in post_segments
-        ]
-        resumed = post_segments[0]
-        note_codes.append(RELATIVE_COUNTER)
-        notes.append(
-            f"the resumed run counts steps from {resumed.first_step - offset} after {said} (step {offset}): "
-            f"read as step {offset} + counter"
+
+def _relative_counter(
+    r: _Reading, post_segments: list[Segment], pre_segments: list[Segment], rs: int | None, history_start: int | None
+) -> list[Segment]:
+    """"Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
+    relative to the restore; the resumed run's steps read as its start + counter
+    (``resume.relative_offset``; else the segments as they are)."""
+    resumed = post_segments[0]
+    offset, said = relative_offset(resumed, pre_segments, rs, r.logged_steps, history_start, r.interval)
+    if offset is None:
+        return post_segments
+    shifted = [
+        replace(s, points=tuple(replace(p, step=p.step + offset) for p in s.points)) for s in post_segments
+    ]
+    r.note_codes.append(RELATIVE_COUNTER)
+    r.notes.append(
+        f"the resumed run counts steps from {shifted[0].first_step - offset} after {said} (step {offset}): "
+        f"read as step {offset} + counter"
+    )
+    return shifted
+
+
+# -- the decision ------------------------------------------------------------------------
+
+
+def analyze(
+    log_events: Sequence[LogEvent],
+    *,
+    baseline_events: Sequence[LogEvent] | None = None,
+    resume_step: int | None = None,
+    config: WatchConfig | None = None,
+    checkpoint_tokens: float | None = None,
+    final: bool = False,
+    data_positions: Sequence[DataPosition] = (),
+    checks: tuple[Check, ...] = CHECKS,
+) -> WatchReport:
+    """Judge the latest resume in ``log_events`` (see the module docstring).
+
+    ``checkpoint_tokens``: tokens seen recorded with the checkpoint (ckptctl's
+    manifest), for the tokens check. ``final``: the log is complete (not followed):
+    decide on fewer than N points when there are at least ``min_judged_points``.
+    ``data_positions``: the data-position lines read (``datapos``), baseline first.
+    ``checks``: the checks to run (default: the whole registry).
+    """
+    cfg = config or WatchConfig()
+    r = _read(log_events, baseline_events, cfg)
+    if not r.logged_steps:
+        r.notes.append(
+            "the log carries no step numbers; points are numbered in order"
+            + (" and re-aligned by epoch after a restart" if r.step_kind == "epoch-aligned" else "")
+            + ", so replayed/skipped steps are only detected when the run restarts from the beginning"
         )
-    if rs is not None and resumed.marker is not None and not on_epoch and checkpoint_holds_step(sources, resumed.marker, rs):
+        if resume_step is not None:
+            r.notes.append(f"--resume-step {resume_step} cannot be matched to a log without step numbers")
+    found = _find_resume(r, resume_step)
+    rs, rs_source, resume_index = found.rs, found.rs_source, found.index
+    if resume_index is None:
+        return _no_resume(r, baseline_events is not None, rs, rs_source)
+
+    segments = r.segments
+    first_step_ever = segments[0].first_step
+    # (a --baseline file is what the user had: an excerpt need not start where training did)
+    history_start = first_step_ever if segments[0].source == "log" else None
+    post_segments = _relative_counter(r, segments[resume_index:], segments[:resume_index], rs, history_start)
+    resumed = post_segments[0]
+    convention = step_convention(first_step_ever, r.interval)
+    if rs is not None and resumed.marker is not None and not found.on_epoch and (
+        checkpoint_holds_step(r.sources, resumed.marker, rs)
+    ):
         convention = "after"  # "step 5000" logged, then "checkpoint saved at step 5000": 5000 is done
-    pre = stitch(pre_segments)
-    post = [p for s in post_segments for p in s.points]
-    weights_only = weights_only_marker(log_events, pre_segments[-1].points[-1].line_no if pre_segments and
-                                       pre_segments[-1].source == "log" else 0, resumed.points[0].line_no)
-    if weights_only is not None and resumed.source == "log":
-        note_codes.append(WEIGHTS_ONLY)
-        notes.append(
-            f"line {weights_only.line_no} says the optimizer (or scheduler) state was not restored "
-            f"({weights_only.text[:120]!r}): a weights-only restore; the first steps may spike while "
-            "the optimizer's moments build up again"
-        )
+    ctx = CheckContext(
+        cfg=cfg,
+        final=final,
+        sources=r.sources,
+        resumed=resumed,
+        pre_segments=segments[:resume_index],
+        post_segments=post_segments,
+        pre=stitch(segments[:resume_index]),
+        post=[p for s in post_segments for p in s.points],
+        resume_step=resume_step,
+        rs=rs,
+        convention=convention,
+        window=resume_window(rs, convention, r.gap_tol, r.axis, found.names_next, found.on_epoch)
+        if rs is not None else None,
+        interval=r.interval,
+        gap_tol=r.gap_tol,
+        first_step_ever=first_step_ever,
+        history_start=history_start,
+        axis=r.axis,
+        sec_per_step=r.sec_per_step,
+        logged_steps=r.logged_steps,
+        checkpoint_tokens=checkpoint_tokens if checkpoint_tokens is not None else (
+            resumed.marker.tokens if resumed.marker is not None else None
+        ),
+        data_positions=data_positions,
+    )  # fmt: skip
     p1 = resumed.first_step
-    unit = "step" if logged_steps else "point"
-    explanation.append(
-        f"resume: {describe_detection(resumed)}; the resumed run starts at {unit} {p1} "
+    explanation = [
+        f"resume: {describe_detection(resumed)}; the resumed run starts at {ctx.unit} {p1} "
         f"(line {resumed.points[0].line_no})"
         + (
             f"; checkpoint step {rs} ({'given' if rs_source == 'flag' else 'from the restore line'})"
             if rs is not None
             else ""
         )
-    )
-
-    # Steps.
-    if logged_steps:
-        findings.extend(
-            check_steps(
-                resumed,
-                post_segments,
-                pre,
-                rs,
-                resume_window(rs, convention, gap_tol, axis, names_next, on_epoch) if rs is not None else None,
-                interval,
-                gap_tol,
-                history_start,
-            )
-        )
-        marker_findings, marker_notes = check_marker_steps(
-            resumed,
-            pre,
-            last_save_before(sources, resumed.marker) if resumed.marker is not None else None,
-            resume_step,
-            gap_tol,
-            interval,
-            sec_per_step,
-        )
-        findings.extend(marker_findings)
-        notes.extend(marker_notes)
-        if rs is None and pre and p1 > pre[-1].step + gap_tol:
-            last, first = pre[-1], resumed.points[0]
-            needed = (p1 - last.step - interval) * sec_per_step if sec_per_step else None
-            if needed is not None and last.wall is not None and first.wall is not None and (
-                first.wall - last.wall < needed / LOST_LINES_TIME_FACTOR
-            ):
-                # Lost lines take the time the steps took; this jump came faster than
-                # the steps could have run, even with the restart's downtime in it.
-                findings.append(
-                    Finding(
-                        verdict=SKIPPED,
-                        message=f"the step counter jumps from {last.step} to {p1} across the restart in "
-                        f"{first.wall - last.wall:.0f} s; at the run's {sec_per_step:.3g} s/step those "
-                        f"steps take {needed:.0f} s: they were never trained",
-                        step=p1,
-                        line_no=first.line_no,
-                    )
-                )
-            else:
-                notes.append(
-                    f"the resumed run starts at step {p1}, past the last pre-failure step logged "
-                    f"({last.step}): expected if the log lost its tail in the crash (buffered output); "
-                    "pass --resume-step to check for skipped steps"
-                )
-    elif p1 <= 1 and pre and pre[-1].step > 1 + interval:
-        findings.append(
-            Finding(
-                verdict=REPLAYED,
-                message=f"the run restarted from the beginning (epoch restarted) after {len(pre)} "
-                "logged points: no training state was restored",
-                step=None,
-                line_no=resumed.points[0].line_no,
-            )
-        )
-
-    # NaN / Inf anywhere after the resume.
-    for p in post:
-        if not math.isfinite(p.loss):
-            findings.append(
-                Finding(
-                    verdict=NAN,
-                    message=f"loss is {fmt_num(p.loss)} at step {p.step} (line {p.line_no})",
-                    step=p.step,
-                    line_no=p.line_no,
-                )
-            )
-            break
-
-    # Losses.
-    judged = post[: cfg.num_steps]
-    self_based = False
-    baseline_stats: BaselineStats | None = None
-    threshold: ThresholdStats | None = None
-    observed: ObservedStats | None = None
-    rerun: RerunStats | None = None
-    loss_decided = False
-    finite_judged = [p for p in judged if math.isfinite(p.loss)]
-    if finite_judged:
-        last_judged = judged[-1].step
-        finite_pre = [p for p in pre if math.isfinite(p.loss)]
-        if len(finite_pre) < len(pre):
-            notes.append(
-                f"{len(pre) - len(finite_pre)} non-finite pre-failure loss(es) left out of the baseline"
-            )
-        window = [p for p in finite_pre if p.step <= last_judged][-cfg.window :]
-        if len(window) < cfg.min_baseline_points:
-            explanation.append(
-                f"baseline: only {len(window)} finite pre-failure point(s) at or before step "
-                f"{last_judged} (need {cfg.min_baseline_points} for a trend); self-baseline"
-            )
-            self_finding = self_baseline_shift(window, finite_judged, cfg)
-            if window:
-                note_codes.append(SELF_BASELINE)
-                notes.append(
-                    f"judged against the run's own level ({len(window)} pre-failure point(s)): only a "
-                    "sustained rise is seen; low confidence"
-                )
-            if self_finding is not None:
-                findings.append(self_finding)
-                self_based = True
-            elif window and final and len(finite_judged) >= cfg.min_judged_points:
-                loss_decided = self_based = True
-        else:
-            (baseline_stats, threshold, observed, spike_finding, loss_decided) = judge_losses(
-                window, finite_judged, len(judged), interval, cfg, final=final
-            )
-            explanation.extend(describe_losses(baseline_stats, threshold, observed, cfg, unit))
-            if spike_finding is not None:
-                findings.append(spike_finding)
-            rerun, rerun_finding = compare_reruns(
-                finite_pre, finite_judged, threshold.tolerance, cfg
-            )
-            if rerun is not None:
-                explanation.append(describe_rerun(rerun))
-            # A higher loss at re-run steps is the spike already reported; say it once.
-            if rerun_finding is not None and not (
-                spike_finding is not None and rerun is not None and rerun.median_diff > 0
-            ):
-                findings.append(rerun_finding)
-    elif judged:
-        explanation.append("no finite loss after the resume")
-
-    # RB-7's other checks.
-    checks: dict[str, Any] = {}
-    for result in (
-        check_tokens(pre, post, rs, checkpoint_tokens if checkpoint_tokens is not None else (
-            resumed.marker.tokens if resumed.marker is not None else None), cfg),
-        check_schedule(pre, post, cfg),
-        check_throughput(pre, post, cfg),
-        check_loss_scale_and_grad_norm(pre, post, cfg),
-    ):
+    ]
+    findings: list[Finding] = []
+    numbers: dict[str, Any] = {}
+    loss = LossJudgement()
+    for _, result in run_checks(ctx, checks):
         findings.extend(result.findings)
-        checks.update(result.checks)
+        explanation.extend(result.explanation)
+        numbers.update(result.checks)
         for code, text in result.notes:
-            if code:
-                note_codes.append(code)
-            notes.append(text)
+            if code is not None:
+                r.note_codes.append(code)
+            r.notes.append(text)
+        if result.loss is not None:
+            loss = result.loss
 
+    judged = ctx.judged
     verdict, decided = decide(
-        findings, judged, loss_decided, baseline_stats is not None or self_based, cfg, final=final
+        findings, judged, loss.decided, loss.baseline is not None or loss.self_based, cfg, final=final
     )
     confidence: str | None = None
     if decided:
         full = len(judged) >= cfg.num_steps
         few = len(judged) < cfg.medium_judged_points
-        confidence = "low" if self_based or (few and verdict == CONTINUOUS) else "high" if full or verdict != CONTINUOUS else "medium"
+        confidence = (
+            "low"
+            if loss.self_based or (few and verdict == CONTINUOUS)
+            else "high" if full or verdict != CONTINUOUS else "medium"
+        )
     explanation.append(describe_decision(verdict, decided, findings, judged, cfg))
     return WatchReport(
         verdict=verdict,
@@ -490,24 +435,24 @@ def analyze(
         resume_detected_by=resumed.reason,
         resume_line=resumed.points[0].line_no,
         first_resumed_step=p1,
-        step_kind=step_kind,
-        log_interval=interval,
-        rank=rank,
-        baseline=baseline_stats,
-        threshold=threshold,
-        observed=observed,
-        rerun=rerun,
+        step_kind=r.step_kind,
+        log_interval=r.interval,
+        rank=r.rank,
+        baseline=loss.baseline,
+        threshold=loss.threshold,
+        observed=loss.observed,
+        rerun=loss.rerun,
         findings=tuple(sorted(findings, key=lambda f: VERDICTS.index(f.verdict))),
         explanation=tuple(explanation),
-        notes=tuple(notes),
-        num_points=num_log_points,
-        num_baseline_points=num_baseline_points,
+        notes=tuple(r.notes),
+        num_points=r.num_log_points,
+        num_baseline_points=len(r.points) - r.num_log_points,
         num_segments=len(segments),
-        note_codes=tuple(note_codes),
+        note_codes=tuple(r.note_codes),
         confidence=confidence,
-        checks=checks,
-        step_axis=axis.name,
-        epoch_len=axis.epoch_len,
-        step_axis_composed=axis.composed,
-        curve=loss_curve(pre, judged, observed, threshold, cfg),
+        checks=numbers,
+        step_axis=r.axis.name,
+        epoch_len=r.axis.epoch_len,
+        step_axis_composed=r.axis.composed,
+        curve=loss_curve(ctx.pre, judged, loss.observed, loss.threshold, cfg),
     )

@@ -13,10 +13,9 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from ckptctl.core.watch import logkeys as lk
+from ckptctl.core.watch.context import CheckResult
 from ckptctl.core.watch.model import (
     GRAD_NORM_SHIFT,
     LOSS_SCALE_RESTART,
@@ -30,13 +29,6 @@ from ckptctl.core.watch.model import (
     fmt_num,
 )
 from ckptctl.core.watch.stats import quantile
-
-
-@dataclass(slots=True)
-class CheckResult:
-    findings: list[Finding] = field(default_factory=list)
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    checks: dict[str, Any] = field(default_factory=dict)
 
 
 def _series(points: Sequence[TracePoint], key: str) -> list[tuple[int, float, TracePoint]]:
@@ -179,7 +171,7 @@ def check_schedule(
     }
     if dev > cfg.lr_rel_tol and len(devs) < MIN_LR_POINTS:
         res.notes.append(
-            ("", f"learning rate {fmt_num(actual)} at step {step} where the pre-failure schedule predicts "
+            (None, f"learning rate {fmt_num(actual)} at step {step} where the pre-failure schedule predicts "
              f"{fmt_num(predicted)}, but only {len(devs)} learning-rate point(s) after the resume: not enough to judge")
         )
         res.checks["schedule"]["ok"] = None

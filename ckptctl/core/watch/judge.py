@@ -5,9 +5,12 @@ Pure, stdlib only. See ``ckptctl.core.watch.analyze`` ("What is judged").
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
+from ckptctl.core.watch.checks import self_baseline_shift
+from ckptctl.core.watch.context import CheckContext, CheckResult, LossJudgement
 from ckptctl.core.watch.logkeys import LR
 from ckptctl.core.watch.model import (
     CONTINUOUS,
@@ -15,6 +18,7 @@ from ckptctl.core.watch.model import (
     DIVERGED,
     INSUFFICIENT,
     PROBLEMS,
+    SELF_BASELINE,
     SPIKE,
     BaselineStats,
     CurvePoint,
@@ -37,6 +41,66 @@ from ckptctl.core.watch.stats import (
     longest_run,
     robust_spread,
 )
+
+
+def check_losses(ctx: CheckContext) -> CheckResult:
+    """The loss check: the first N losses after the resume against the pre-failure trajectory
+    (or the run's own level when it has too few points for a trend), and the re-run steps."""
+    res = CheckResult()
+    cfg, judged = ctx.cfg, ctx.judged
+    finite_judged = [p for p in judged if math.isfinite(p.loss)]
+    if not finite_judged:
+        if judged:
+            res.explanation.append("no finite loss after the resume")
+        res.loss = LossJudgement()
+        return res
+    last_judged = judged[-1].step
+    finite_pre = [p for p in ctx.pre if math.isfinite(p.loss)]
+    if len(finite_pre) < len(ctx.pre):
+        res.notes.append(
+            (None, f"{len(ctx.pre) - len(finite_pre)} non-finite pre-failure loss(es) left out of the baseline")
+        )
+    window = [p for p in finite_pre if p.step <= last_judged][-cfg.window :]
+    if len(window) < cfg.min_baseline_points:
+        res.explanation.append(
+            f"baseline: only {len(window)} finite pre-failure point(s) at or before step "
+            f"{last_judged} (need {cfg.min_baseline_points} for a trend); self-baseline"
+        )
+        self_finding = self_baseline_shift(window, finite_judged, cfg)
+        if window:
+            res.notes.append(
+                (
+                    SELF_BASELINE,
+                    f"judged against the run's own level ({len(window)} pre-failure point(s)): only a "
+                    "sustained rise is seen; low confidence",
+                )
+            )
+        decided = self_based = False
+        if self_finding is not None:
+            res.findings.append(self_finding)
+            self_based = True
+        elif window and ctx.final and len(finite_judged) >= cfg.min_judged_points:
+            decided = self_based = True
+        res.loss = LossJudgement(decided=decided, self_based=self_based)
+        return res
+    baseline, threshold, observed, spike_finding, decided = judge_losses(
+        window, finite_judged, len(judged), ctx.interval, cfg, final=ctx.final
+    )
+    res.explanation.extend(describe_losses(baseline, threshold, observed, cfg, ctx.unit))
+    if spike_finding is not None:
+        res.findings.append(spike_finding)
+    rerun, rerun_finding = compare_reruns(finite_pre, finite_judged, threshold.tolerance, cfg)
+    if rerun is not None:
+        res.explanation.append(describe_rerun(rerun))
+    # A higher loss at re-run steps is the spike already reported; say it once.
+    if rerun_finding is not None and not (
+        spike_finding is not None and rerun is not None and rerun.median_diff > 0
+    ):
+        res.findings.append(rerun_finding)
+    res.loss = LossJudgement(
+        baseline=baseline, threshold=threshold, observed=observed, rerun=rerun, decided=decided
+    )
+    return res
 
 
 def judge_losses(

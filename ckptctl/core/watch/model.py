@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ckptctl.core.watch.logevents import ResumeMarker
@@ -23,11 +24,48 @@ TOKENS_MISMATCH = "tokens-mismatch"
 """The tokens/samples counter does not continue from the checkpoint's value (data replayed or skipped)."""
 SCHEDULE_RESET = "schedule-reset"
 """The learning rate departs from the pre-failure schedule (warm-up restarted, a jump, a restart)."""
-#: Every verdict, most severe first (the order of precedence).
+DATA_POSITION_MISMATCH = "data-position-mismatch"
+"""The resumed run's first batch is not where the checkpoint recorded the data loader to be
+(``ckptctl.training``'s data-position lines, ``datapos``)."""
+DATA_STREAM_RESET = "data-stream-reset"
+"""The re-run steps' losses are at the same level as before the failure but their per-step
+pattern is unrelated: other batches, the data loader's position was not restored (``replay``)."""
+#: Every verdict, most severe first (the order of precedence): the trainer's own facts
+#: (steps, tokens, the data position, the schedule) before the statistics of the loss; a
+#: spike (seen) before a data-stream reset (inferred from a level that held).
 VERDICTS: tuple[str, ...] = (
-    NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, SCHEDULE_RESET, SPIKE, DIVERGED, CONTINUOUS, INSUFFICIENT,
+    NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, DATA_POSITION_MISMATCH, SCHEDULE_RESET, SPIKE,
+    DATA_STREAM_RESET, DIVERGED, CONTINUOUS, INSUFFICIENT,
 )  # fmt: skip
-PROBLEMS: tuple[str, ...] = (NAN, REPLAYED, SKIPPED, TOKENS_MISMATCH, SCHEDULE_RESET, SPIKE, DIVERGED)
+
+# What each verdict means for the resume, declared once (``ckptctl recover`` acts on the
+# class, never on the verdict's name): ``good`` the resume is verified; ``bad`` it restored
+# the wrong state (fall back one checkpoint, quarantine); ``undecided`` the watch cannot tell.
+GOOD = "good"
+BAD = "bad"
+UNDECIDED = "undecided"
+VERDICT_CLASSES: tuple[str, ...] = (GOOD, BAD, UNDECIDED)
+VERDICT_CLASS: Mapping[str, str] = MappingProxyType({
+    NAN: BAD,
+    REPLAYED: BAD,
+    SKIPPED: BAD,
+    TOKENS_MISMATCH: BAD,
+    DATA_POSITION_MISMATCH: BAD,
+    SCHEDULE_RESET: BAD,
+    DATA_STREAM_RESET: BAD,
+    SPIKE: BAD,
+    DIVERGED: BAD,
+    CONTINUOUS: GOOD,
+    INSUFFICIENT: UNDECIDED,
+})  # fmt: skip
+#: The bad verdicts, in precedence order.
+PROBLEMS: tuple[str, ...] = tuple(v for v in VERDICTS if VERDICT_CLASS[v] == BAD)
+
+
+def verdict_class(verdict: str | None) -> str:
+    """``good`` / ``bad`` / ``undecided`` (``None`` or a verdict this version does not know:
+    ``undecided``, never read as a success nor acted on as a failure)."""
+    return UNDECIDED if verdict is None else VERDICT_CLASS.get(verdict, UNDECIDED)
 
 # Note codes (``WatchReport.note_codes``): facts worth a look that do not fail the resume.
 THROUGHPUT_REGRESSION = "throughput-regression"
@@ -42,11 +80,13 @@ RELATIVE_COUNTER = "relative-step-counter"
 """The resumed run counts steps from 0 again; read as checkpoint step + counter (restore line)."""
 SELF_BASELINE = "self-baseline"
 """Too few pre-failure points for a trend: judged against the run's own recent level."""
+EARLIER_DATA_POSITION_MISMATCH = "earlier-data-position-mismatch"
+"""An earlier resume in the log did not continue the data position (the resume judged did)."""
 WEIGHTS_ONLY = "weights-only-restore"
 """The trainer says it restored the model weights but not the optimizer (or scheduler) state."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    WEIGHTS_ONLY,
+    EARLIER_DATA_POSITION_MISMATCH, WEIGHTS_ONLY,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.
@@ -113,6 +153,20 @@ class WatchConfig:
     throughput_drop: float = 0.15
     """``throughput-regression`` note when the post-resume median is this fraction below the
     pre-failure median and below its 10th percentile."""
+    min_replay_points: int = 10
+    """Re-run steps among the N judged points, logged before the failure too (by the run
+    that wrote the checkpoint), needed before the replay check says anything."""
+    replay_consistent_corr: float = 0.5
+    """Correlation of the per-step deviations from the trend at or above which differing
+    re-run losses read as a faithful restore under non-determinism (a note)."""
+    replay_faithful_corr: float = 0.7
+    """The lowest correlation a faithful restore is assumed to give (the same batches; other
+    dropout, kernels or world size); ``data-stream-reset`` needs a correlation this is
+    ruled out for at ``replay_z`` standard errors."""
+    replay_reset_corr: float = 0.3
+    """``data-stream-reset`` only below this correlation (unrelated patterns) as well."""
+    replay_z: float = 2.33
+    """One-sided bound of the faithful-restore test in standard errors (2.33: 1%)."""
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -137,7 +191,13 @@ class WatchConfig:
             ("lr_rel_tol", 0 < self.lr_rel_tol < 10, "between 0 and 10"),
             ("tokens_rel_tol", self.tokens_rel_tol > 0, "> 0"),
             ("throughput_drop", 0 < self.throughput_drop < 1, "between 0 and 1"),
-        ]
+            ("min_replay_points", self.min_replay_points >= 5, "at least 5"),
+            ("replay_consistent_corr", 0 < self.replay_consistent_corr < 1, "between 0 and 1"),
+            ("replay_faithful_corr", 0 < self.replay_faithful_corr < 1, "between 0 and 1"),
+            ("replay_reset_corr", -1 < self.replay_reset_corr < self.replay_consistent_corr,
+             "between -1 and replay_consistent_corr"),
+            ("replay_z", 0 < self.replay_z < 10, "between 0 and 10"),
+        ]  # fmt: skip
         for name, ok, want in checks:
             if not ok:
                 raise WatchConfigError(f"{name} must be {want}, got {getattr(self, name)!r}")
@@ -162,6 +222,11 @@ class WatchConfig:
             "lr_rel_tol": self.lr_rel_tol,
             "tokens_rel_tol": self.tokens_rel_tol,
             "throughput_drop": self.throughput_drop,
+            "min_replay_points": self.min_replay_points,
+            "replay_consistent_corr": self.replay_consistent_corr,
+            "replay_faithful_corr": self.replay_faithful_corr,
+            "replay_reset_corr": self.replay_reset_corr,
+            "replay_z": self.replay_z,
         }
 
 

@@ -17,6 +17,9 @@ from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
 from ckptctl.core.watch.stats import quantile
 
+#: A gap is lost log lines when its wall time is within this factor of the missing steps' time.
+LOST_LINES_TIME_FACTOR = 1.5
+
 
 def select_rank(points: Iterable[LossPoint]) -> int | None:
     """Rank 0 when any point has it, else the rank of the first point (None: untagged)."""
@@ -192,10 +195,6 @@ def wall_time_per_step(points: Sequence[TracePoint], gap_tolerance: float) -> fl
         and a.source == b.source and b.wall >= a.wall
     ]
     return statistics.median(rates) if len(rates) >= 3 else None
-
-
-#: A gap is lost log lines when its wall time is within this factor of the missing steps' time.
-LOST_LINES_TIME_FACTOR = 1.5
 
 
 def lost_line_gaps(
@@ -484,3 +483,41 @@ def checkpoint_holds_step(sources: Sequence[tuple[str, Sequence[LogEvent]]], mar
             elif event.kind == "save" and event.step is not None:
                 holds = event.step == step and logged
     return holds
+
+
+def check_jump_across_restart(
+    resumed: Segment,
+    pre: Sequence[TracePoint],
+    interval: int,
+    gap_tol: float,
+    sec_per_step: float | None,
+) -> tuple[list[Finding], list[str]]:
+    """With no checkpoint step known: a resumed run that starts past the last pre-failure step.
+
+    Lost lines take the time the steps took: a jump that came faster than the steps
+    could have run, even with the restart's downtime in it, is ``skipped-steps``;
+    otherwise a note (the log may have lost its tail to buffered output).
+    """
+    p1 = resumed.first_step
+    if not pre or p1 <= pre[-1].step + gap_tol:
+        return [], []
+    last, first = pre[-1], resumed.points[0]
+    needed = (p1 - last.step - interval) * sec_per_step if sec_per_step else None
+    if needed is not None and last.wall is not None and first.wall is not None and (
+        first.wall - last.wall < needed / LOST_LINES_TIME_FACTOR
+    ):
+        return [
+            Finding(
+                verdict=SKIPPED,
+                message=f"the step counter jumps from {last.step} to {p1} across the restart in "
+                f"{first.wall - last.wall:.0f} s; at the run's {sec_per_step:.3g} s/step those "
+                f"steps take {needed:.0f} s: they were never trained",
+                step=p1,
+                line_no=first.line_no,
+            )
+        ], []
+    return [], [
+        f"the resumed run starts at step {p1}, past the last pre-failure step logged "
+        f"({last.step}): expected if the log lost its tail in the crash (buffered output); "
+        "pass --resume-step to check for skipped steps"
+    ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ckptctl.core.watch.analyze import analyze
+from ckptctl.core.watch.context import DataPosition
+from ckptctl.core.watch.datapos import parse_data_position
 from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.losslog import AUTO, LossLogParser
 from ckptctl.core.watch.model import WatchConfig, WatchReport
@@ -69,6 +71,8 @@ class WatchSession:
         self._baseline_parser = LossLogParser(log_format, pattern)
         self._log_events: list[LogEvent] = []
         self._baseline_events: list[LogEvent] | None = None
+        self._baseline_positions: list[DataPosition] = []
+        self._log_positions: list[DataPosition] = []
         self._watch = _StepWatch()
         self._maybe_resumed = False
         self._report: WatchReport | None = None
@@ -98,6 +102,9 @@ class WatchSession:
         if self._baseline_events is None:
             self._baseline_events = []
         self._baseline_events.extend(self._baseline_parser.feed(line))
+        position = parse_data_position(line, self._baseline_parser.num_lines, "baseline")
+        if position is not None:
+            self._baseline_positions.append(position)
 
     def end_baseline(self) -> None:
         """The baseline is complete: emit its last multi-line record."""
@@ -116,6 +123,9 @@ class WatchSession:
     def feed(self, line: str, *, evaluate: bool = True) -> WatchReport | None:
         """One line of the log; the report if the verdict is now decided, else None."""
         events = self._log_parser.feed(line)
+        position = parse_data_position(line, self._log_parser.num_lines, "log")
+        if position is not None:
+            self._log_positions.append(position)
         if not events:
             return None
         self._log_events.extend(events)
@@ -141,5 +151,6 @@ class WatchSession:
             config=self.config,
             checkpoint_tokens=self.checkpoint_tokens,
             final=final,
+            data_positions=[*self._baseline_positions, *self._log_positions],
         )
         return self._report
