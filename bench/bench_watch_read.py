@@ -12,6 +12,8 @@ For each log it prints lines/s of:
 
 * ``ckptctl``  ``LossLogParser(auto).feed`` on every line (the reader ``watch`` and
   ``recover`` use), lines already in memory;
+* ``general``  the same reader with no line templates (``LossLogParser(fast=False)``);
+  ``same``: both give exactly the same events (the equality check; the bench fails otherwise);
 * ``ckptctl e2e``  ``ckptctl.ops.watch.watch_log`` on the file (line splitting,
   parsing, the session, the final judgement): what ``ckptctl watch LOG`` costs;
 * ``old``  the regex-per-format reader this one replaced (``git show 62bcdd0``),
@@ -278,6 +280,15 @@ def _parse_all(parser_type: Callable[[], object], lines: list[str]) -> int:
     return n + (len(flush()) if flush is not None else 0)
 
 
+def _events(parser: LossLogParser, lines: list[str]) -> list[str]:
+    out = [repr(e) for line in lines for e in parser.feed(line)]
+    return out + [repr(e) for e in parser.flush()]
+
+
+def _general() -> LossLogParser:
+    return LossLogParser(fast=False)
+
+
 def _anchor_loop(path: Path) -> int:
     n = 0
     with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
@@ -334,14 +345,19 @@ def main() -> int:
             f"ckptctl watch reader: {args.lines} lines per log, best of {args.repeat}; "
             f"k lines/s, CPU time (ratio: ckptctl / plain Python loop over the same file)"
         )
-        cols = ["ckptctl", "e2e", "old", "py loop", "grep -c", "ratio", "vs old", "points"]
+        cols = ["ckptctl", "general", "e2e", "old", "py loop", "grep -c", "ratio", "vs old", "points", "same"]
         print(f"{'log':>10} | " + " | ".join(f"{c:>9}" for c in cols))
         print("-" * (13 + 12 * len(cols)))
-        sums = {"new": 0.0, "old": 0.0, "loop": 0.0}
+        sums = {"new": 0.0, "old": 0.0, "loop": 0.0, "general": 0.0}
+        all_same = True
         for name, (path, lines) in logs.items():
             n = len(lines)
             points = _parse_all(LossLogParser, lines)
             t_new = _best(lambda lines=lines: _parse_all(LossLogParser, lines), args.repeat)
+            # the equality check: line templates give exactly the general reader's events
+            same = _events(LossLogParser(), lines) == _events(_general(), lines)
+            all_same = all_same and same
+            t_general = _best(lambda lines=lines: _parse_all(_general, lines), 1)
             t_e2e = float("nan")
             if not args.no_e2e:
                 t_e2e = _best(lambda path=path: watch_log(str(path)), args.repeat)
@@ -355,19 +371,23 @@ def main() -> int:
             sums["new"] += t_new
             sums["old"] += t_old
             sums["loop"] += t_loop
+            sums["general"] += t_general
             cells = [
-                _rate(n, t_new), _rate(n, t_e2e) if t_e2e == t_e2e else "-", _rate(n, t_old) if t_old == t_old else "-",
+                _rate(n, t_new), _rate(n, t_general), _rate(n, t_e2e) if t_e2e == t_e2e else "-", _rate(n, t_old) if t_old == t_old else "-",
                 _rate(n, t_loop), _rate(n, t_grep) if t_grep == t_grep else "-",
                 f"1/{t_new / t_loop:.0f}", f"{t_old / t_new:.2f}x" if t_old == t_old else "-", str(points),
+                "yes" if same else "NO",
             ]  # fmt: skip
             print(f"{name:>10} | " + " | ".join(f"{c:>9}" for c in cells), flush=True)
         total = args.lines * len(logs)
         old_total = _rate(total, sums["old"]) if old is not None else "-"
         vs_old = f"{sums['old'] / sums['new']:.2f}x" if old is not None else "-"
-        cells = [_rate(total, sums["new"]), "", old_total, _rate(total, sums["loop"]), "", f"1/{sums['new'] / sums['loop']:.0f}", vs_old, ""]
+        cells = [_rate(total, sums["new"]), _rate(total, sums["general"]), "", old_total, _rate(total, sums["loop"]), "",
+                 f"1/{sums['new'] / sums['loop']:.0f}", vs_old, "", "yes" if all_same else "NO"]  # fmt: skip
         print(f"{'all':>10} | " + " | ".join(f"{c:>9}" for c in cells))
-    print(f"\n(vs old: >1 means ckptctl is faster than the old reader; {time.perf_counter() - started:.0f} s)")
-    return 0
+    print(f"\n(vs old: >1 means ckptctl is faster than the old reader; general: the reader without line templates; "
+          f"same: both give the same events; {time.perf_counter() - started:.0f} s)")
+    return 0 if args.profile or all_same else 1
 
 
 if __name__ == "__main__":

@@ -149,7 +149,6 @@ NOT_TRAINING_LOSS = [
     # validation/eval lines, summaries, configs: never a training loss
     f"[titan] - root - INFO - {ESC}[33mvalidate step: 500  {ESC}[32mloss:  2.9000  {ESC}[34mtps: 21,077{ESC}[39m",
     " validation loss at iteration 1000 | lm loss value: 2.470000E+00 | lm loss PPL: 1.182E+01 |",
-    "step 500: train loss 2.6001, val loss 2.6511",
     "{'eval_loss': 2.41, 'eval_runtime': 12.3, 'epoch': 0.5}",
     "{'train_runtime': 1532.1, 'train_samples_per_second': 125.3, 'train_loss': 2.9871, 'epoch': 0.81}",
     '{"train_runtime": 1532.1, "train_loss": 2.98, "step": 3000}',
@@ -175,6 +174,22 @@ NOT_TRAINING_LOSS = [
 @pytest.mark.parametrize("line", NOT_TRAINING_LOSS)
 def test_lines_that_are_not_a_training_loss(line: str) -> None:
     assert not [e for e in LossLogParser().feed(line) if isinstance(e, LossPoint)]
+
+
+def test_a_line_with_eval_words_and_a_named_train_loss_is_a_weak_record() -> None:
+    """'Epoch 3 | train loss | val loss' is the epoch's training record when the log has nothing
+    else; beside per-iteration lines (nanoGPT's 'step N: train loss, val loss' estimates) those win."""
+    alone = parse_lines(["Epoch 1/90 | lr 0.1 | train loss 1.97 | val loss 2.11", "Epoch 2/90 | lr 0.1 | train loss 1.74 | val loss 1.86"])
+    assert [(e.step, e.loss, e.axis) for e in alone if isinstance(e, LossPoint)] == [(1, 1.97, "epoch"), (2, 1.74, "epoch")]
+    mixed = parse_lines(
+        ["step 0: train loss 11.0570, val loss 11.0573", "iter 0: loss 11.0561, time 900.1ms", "iter 10: loss 9.8, time 410.2ms",
+         "step 20: train loss 9.1, val loss 9.2", "iter 20: loss 9.05, time 411.0ms"]
+    )
+    points = [(e.step, e.loss, e.fmt) for e in mixed if isinstance(e, LossPoint)]
+    # the estimates count from their second line on, and not after iteration lines locked the format
+    assert points == [(0, 11.0561, "nanogpt"), (10, 9.8, "nanogpt"), (20, 9.05, "nanogpt")]
+    # one such line alone (a quoted example in a script) is no training log
+    assert not [e for e in parse_lines(['    "step 500: train loss 2.6001, val loss 2.6511",']) if isinstance(e, LossPoint)]
 
 
 MARKERS = [

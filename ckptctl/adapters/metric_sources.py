@@ -32,6 +32,7 @@ from typing import Any
 
 from ckptctl.adapters.follow import bounded_lines
 from ckptctl.adapters.tfrecord import RecordReader
+from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.errors import InputError, UsageError
 
@@ -117,8 +118,8 @@ def read_lines(
                 continue
             doc: dict[str, Any] = {"step": step, "loss": values[loss_tag]}
             for tag, v in values.items():
-                meaning = lt.classify_key(tag.lower())
-                if tag != loss_tag and meaning is not None and meaning[0] not in (lt.LOSS, lt.EVAL, lt.STEP):
+                meaning = lk.classify_key(tag.lower())
+                if tag != loss_tag and meaning is not None and meaning[0] not in (lk.LOSS, lk.EVAL, lk.STEP):
                     doc[tag] = v
             yield json.dumps(doc)
 
@@ -132,8 +133,8 @@ def _loss_tag(tags: list[str], metric: str | None, path: str) -> str:
         return metric
     best: tuple[int, str] | None = None
     for tag in tags:
-        meaning = lt.classify_key(tag.lower())
-        if meaning is not None and meaning[0] == lt.LOSS and (best is None or meaning[1] < best[0]):
+        meaning = lk.classify_key(tag.lower())
+        if meaning is not None and meaning[0] == lk.LOSS and (best is None or meaning[1] < best[0]):
             best = (meaning[1], tag)
     if best is None:
         raise InputError(

@@ -97,9 +97,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ckptctl.core.watch.axis import Axis, resume_window
 from ckptctl.core.watch.context import CheckContext, DataPosition, LossJudgement
 from ckptctl.core.watch.judge import decide, describe_decision, describe_detection, loss_curve
-from ckptctl.core.watch.logevents import LogEvent
+from ckptctl.core.watch.logevents import EPOCH_AXIS, LogEvent
 from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,
@@ -114,10 +115,11 @@ from ckptctl.core.watch.model import (
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
 from ckptctl.core.watch.resume import (
-    accepted_start,
     assign_steps,
+    checkpoint_holds_step,
     log_interval_and_gap,
     lost_line_gaps,
+    relative_offset,
     segment,
     step_convention,
     stitch,
@@ -144,6 +146,8 @@ class _Reading:
     notes: list[str]
     note_codes: list[str]
     num_log_points: int
+    axis: Axis
+    """What the log's positions count (``axis``: step, epoch or epoch-batch)."""
 
     @property
     def logged_steps(self) -> bool:
@@ -155,7 +159,7 @@ def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | 
     if baseline_events is not None:
         sources.append(("baseline", baseline_events))
     sources.append(("log", log_events))
-    items, step_kind, rank = assign_steps(sources)
+    items, step_kind, rank, axis = assign_steps(sources)
     points = [it.point for it in items if it.point is not None]
     interval, gap_tol = log_interval_and_gap(points, cfg.gap_tolerance_intervals)
     sec_per_step = wall_time_per_step(points, gap_tol)
@@ -169,6 +173,13 @@ def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | 
             f"no line, but {b.wall - a.wall if a.wall and b.wall else 0:.0f} s passed at the run's "
             f"{sec_per_step or 0:.3g} s/step: lost log lines (buffered output), not skipped steps"
         )
+    if axis.by_epoch:
+        notes.append(
+            "the log's position is its epoch (one record per epoch)" if axis.name == EPOCH_AXIS else
+            f"the log's position is epoch x {axis.epoch_len} + the batch within the epoch"
+            + (" (its step counter starts again every epoch)" if axis.composed else "")
+            + "; steps below are positions on that axis"
+        )
     return _Reading(
         sources=sources,
         points=points,
@@ -181,19 +192,39 @@ def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | 
         notes=notes,
         note_codes=note_codes,
         num_log_points=sum(1 for p in points if p.source == "log"),
+        axis=axis,
     )
 
 
-def _find_resume(r: _Reading, resume_step: int | None) -> tuple[int | None, int | None, str | None]:
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Which segment is the resume and the checkpoint step it is checked against."""
+
+    index: int | None
+    rs: int | None
+    rs_source: str | None
+    names_next: bool = False
+    """The restore line named the step (or epoch) to run next, not the one saved."""
+    on_epoch: bool = False
+    """``rs`` is the first position of an epoch the checkpoint was named by (``axis.resume_window``)."""
+
+
+def _find_resume(r: _Reading, resume_step: int | None) -> _Resume:
     """Which segment is the resume (its index), and the checkpoint step with its source."""
     segments = r.segments
-    candidates = [i for i, s in enumerate(segments) if i > 0 and s.source == "log"]
+    # (the log of one attempt only may open with its restore line: a resume with no history)
+    candidates = [
+        i for i, s in enumerate(segments)
+        if s.source == "log" and (i > 0 or (s.marker is not None and s.marker.kind == "restore" and s.marker.step is not None))
+    ]
     convention = step_convention(segments[0].first_step if segments else None, r.interval)
     rs, rs_source = (resume_step, "flag") if resume_step is not None else (None, None)
+    on_epoch = rs is not None and r.axis.name == EPOCH_AXIS  # (on the epoch axis --resume-step names an epoch)
+    names_next = False
     if not candidates:
-        return None, rs, rs_source
+        return _Resume(None, rs, rs_source)
     if rs is not None and r.logged_steps:
-        lo, hi = accepted_start(rs, convention, r.gap_tol)
+        lo, hi = resume_window(rs, convention, r.gap_tol, r.axis, False, on_epoch)
         consistent = [i for i in candidates if lo <= segments[i].first_step <= hi]
         resume_index = consistent[-1] if consistent else candidates[-1]
     else:
@@ -201,6 +232,7 @@ def _find_resume(r: _Reading, resume_step: int | None) -> tuple[int | None, int 
     seg = segments[resume_index]
     if rs is None and seg.marker is not None and seg.marker.step is not None:
         rs, rs_source = seg.marker.step, "log-marker"
+        names_next, on_epoch = seg.marker.names_next, seg.marker.on_epoch
     if (
         resume_step is not None
         and seg.marker is not None
@@ -212,7 +244,7 @@ def _find_resume(r: _Reading, resume_step: int | None) -> tuple[int | None, int 
             f"the trainer says it loaded step {seg.marker.step} (line {seg.marker.line_no}) "
             f"but the checkpoint step given is {resume_step}"
         )
-    return resume_index, rs, rs_source
+    return _Resume(resume_index, rs, rs_source, names_next, on_epoch)
 
 
 def _no_resume(
@@ -258,31 +290,29 @@ def _no_resume(
         num_baseline_points=len(r.points) - r.num_log_points,
         num_segments=len(segments),
         note_codes=tuple(r.note_codes),
+        step_axis=r.axis.name,
+        epoch_len=r.axis.epoch_len,
+        step_axis_composed=r.axis.composed,
     )
 
 
-def _relative_counter(r: _Reading, resumed: Segment, post_segments: list[Segment]) -> list[Segment]:
-    """"Resumed from step 800" then "Step 1": the counter is relative to the restore; the
-    resumed run's steps read as checkpoint step + counter (else the segments as they are)."""
-    first_step_ever = r.segments[0].first_step
-    if not (
-        r.logged_steps
-        and resumed.marker is not None
-        and resumed.marker.step is not None
-        and resumed.first_step <= max(first_step_ever, r.interval)
-        and resumed.marker.step > resumed.first_step + r.interval
-    ):
+def _relative_counter(
+    r: _Reading, post_segments: list[Segment], pre_segments: list[Segment], rs: int | None, history_start: int | None
+) -> list[Segment]:
+    """"Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
+    relative to the restore; the resumed run's steps read as its start + counter
+    (``resume.relative_offset``; else the segments as they are)."""
+    resumed = post_segments[0]
+    offset, said = relative_offset(resumed, pre_segments, rs, r.logged_steps, history_start, r.interval)
+    if offset is None:
         return post_segments
-    offset = resumed.marker.step
     shifted = [
         replace(s, points=tuple(replace(p, step=p.step + offset) for p in s.points)) for s in post_segments
     ]
-    first = shifted[0]
     r.note_codes.append(RELATIVE_COUNTER)
     r.notes.append(
-        f"the resumed run counts steps from {first.first_step - offset} after the restore line at "
-        f"line {first.marker.line_no if first.marker else '?'} (step {offset}): read as step "
-        f"{offset} + counter"
+        f"the resumed run counts steps from {shifted[0].first_step - offset} after {said} (step {offset}): "
+        f"read as step {offset} + counter"
     )
     return shifted
 
@@ -319,14 +349,22 @@ def analyze(
         )
         if resume_step is not None:
             r.notes.append(f"--resume-step {resume_step} cannot be matched to a log without step numbers")
-    resume_index, rs, rs_source = _find_resume(r, resume_step)
+    found = _find_resume(r, resume_step)
+    rs, rs_source, resume_index = found.rs, found.rs_source, found.index
     if resume_index is None:
         return _no_resume(r, baseline_events is not None, rs, rs_source)
 
     segments = r.segments
-    post_segments = _relative_counter(r, segments[resume_index], segments[resume_index:])
-    resumed = post_segments[0]
     first_step_ever = segments[0].first_step
+    # (a --baseline file is what the user had: an excerpt need not start where training did)
+    history_start = first_step_ever if segments[0].source == "log" else None
+    post_segments = _relative_counter(r, segments[resume_index:], segments[:resume_index], rs, history_start)
+    resumed = post_segments[0]
+    convention = step_convention(first_step_ever, r.interval)
+    if rs is not None and resumed.marker is not None and not found.on_epoch and (
+        checkpoint_holds_step(r.sources, resumed.marker, rs)
+    ):
+        convention = "after"  # "step 5000" logged, then "checkpoint saved at step 5000": 5000 is done
     ctx = CheckContext(
         cfg=cfg,
         final=final,
@@ -338,10 +376,14 @@ def analyze(
         post=[p for s in post_segments for p in s.points],
         resume_step=resume_step,
         rs=rs,
-        convention=step_convention(first_step_ever, r.interval),
+        convention=convention,
+        window=resume_window(rs, convention, r.gap_tol, r.axis, found.names_next, found.on_epoch)
+        if rs is not None else None,
         interval=r.interval,
         gap_tol=r.gap_tol,
         first_step_ever=first_step_ever,
+        history_start=history_start,
+        axis=r.axis,
         sec_per_step=r.sec_per_step,
         logged_steps=r.logged_steps,
         checkpoint_tokens=checkpoint_tokens if checkpoint_tokens is not None else (
@@ -411,5 +453,8 @@ def analyze(
         note_codes=tuple(r.note_codes),
         confidence=confidence,
         checks=numbers,
+        step_axis=r.axis.name,
+        epoch_len=r.axis.epoch_len,
+        step_axis_composed=r.axis.composed,
         curve=loss_curve(ctx.pre, judged, loss.observed, loss.threshold, cfg),
     )

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch.context import CheckResult
 from ckptctl.core.watch.model import (
     GRAD_NORM_SHIFT,
@@ -65,7 +65,7 @@ def check_tokens(
     skipped (higher) even when the step counter looks right.
     """
     res = CheckResult()
-    key = lt.TOKENS if any(lt.TOKENS in p.metrics for p in (*pre, *post)) else lt.SAMPLES
+    key = lk.TOKENS if any(lk.TOKENS in p.metrics for p in (*pre, *post)) else lk.SAMPLES
     pre_s, post_s = _series(pre, key), _series(post, key)
     if not post_s:
         return res
@@ -121,8 +121,8 @@ def _predict_lr(pre_s: Sequence[tuple[int, float, TracePoint]], step: int) -> fl
     earlier = [(s, v) for s, v, _ in pre_s if s <= step][-5:]
     if not earlier:
         return None
-    if len(earlier) == 1:
-        return earlier[0][1]
+    if len(earlier) == 1 or earlier[-1][1] == earlier[-2][1]:
+        return earlier[-1][1]  # a constant stretch (a step schedule between milestones): held flat
     xs, ys = [e[0] for e in earlier], [e[1] for e in earlier]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
@@ -132,18 +132,24 @@ def _predict_lr(pre_s: Sequence[tuple[int, float, TracePoint]], step: int) -> fl
     return min(max(value, 0.0), top)
 
 
+#: Learning-rate points after the resume a ``schedule-reset`` needs (never a verdict from one sample).
+MIN_LR_POINTS = 3
+
+
 def check_schedule(
     pre: Sequence[TracePoint], post: Sequence[TracePoint], cfg: WatchConfig
 ) -> CheckResult:
     """The learning rate after the resume follows the pre-failure schedule (``schedule-reset``)."""
     res = CheckResult()
-    pre_s, post_s = _series(pre, lt.LR), _series(post, lt.LR)
+    pre_s, post_s = _series(pre, lk.LR), _series(post, lk.LR)
     if len(pre_s) < 2 or not post_s:
         return res
     peak = max(v for _, v, _ in pre_s)
     if peak <= 0:
         return res
     judged = post_s[:5]
+    # A rate logged far less often than the loss (once per epoch) is judged at its own cadence:
+    # its first points after the resume, however many steps they span; a verdict needs a few.
     devs: list[float] = []
     pairs: list[tuple[int, float, float]] = []
     for step, actual, _ in judged:
@@ -163,7 +169,13 @@ def check_schedule(
         "relative_deviation": dev,
         "ok": dev <= cfg.lr_rel_tol,
     }
-    if dev > cfg.lr_rel_tol:
+    if dev > cfg.lr_rel_tol and len(devs) < MIN_LR_POINTS:
+        res.notes.append(
+            (None, f"learning rate {fmt_num(actual)} at step {step} where the pre-failure schedule predicts "
+             f"{fmt_num(predicted)}, but only {len(devs)} learning-rate point(s) after the resume: not enough to judge")
+        )
+        res.checks["schedule"]["ok"] = None
+    elif dev > cfg.lr_rel_tol:
         ratio = actual / predicted if predicted else math.inf
         if ratio < 0.5:
             kind = "far below the schedule: a restarted warm-up or a lost scheduler state"
@@ -184,7 +196,7 @@ def check_schedule(
     return res
 
 
-_HIGHER_IS_BETTER = (lt.TOKENS_PER_S, lt.SAMPLES_PER_S, lt.STEPS_PER_S, lt.MFU, lt.TFLOPS)
+_HIGHER_IS_BETTER = (lk.TOKENS_PER_S, lk.SAMPLES_PER_S, lk.STEPS_PER_S, lk.MFU, lk.TFLOPS)
 
 
 def check_throughput(
@@ -192,7 +204,7 @@ def check_throughput(
 ) -> CheckResult:
     """Post-resume throughput against the pre-failure band (a note: suspect the new node)."""
     res = CheckResult()
-    for key in (*_HIGHER_IS_BETTER, lt.SEC_PER_STEP):
+    for key in (*_HIGHER_IS_BETTER, lk.SEC_PER_STEP):
         pre_v = [v for _, v, _ in _series(pre, key) if v > 0][-50:]
         # the first point after a restart pays for compilation and warm caches
         post_v = [v for _, v, _ in _series(post, key) if v > 0][1 : cfg.num_steps + 1]
@@ -200,13 +212,13 @@ def check_throughput(
             break
     else:
         return res
-    if key == lt.SEC_PER_STEP:
+    if key == lk.SEC_PER_STEP:
         pre_v, post_v = [1 / v for v in pre_v], [1 / v for v in post_v]
     base, post_med = statistics.median(pre_v), statistics.median(post_v)
     p10 = quantile(sorted(pre_v), 0.1)
     low = post_med < (1 - cfg.throughput_drop) * base and post_med < p10
     res.checks["throughput"] = {
-        "key": key if key != lt.SEC_PER_STEP else "steps_per_s (from time per step)",
+        "key": key if key != lk.SEC_PER_STEP else "steps_per_s (from time per step)",
         "pre_median": base,
         "pre_p10": p10,
         "post_median": post_med,
@@ -230,7 +242,7 @@ def check_loss_scale_and_grad_norm(
 ) -> CheckResult:
     """Notes: an fp16 loss scale starting over high, and a grad-norm level shift."""
     res = CheckResult()
-    pre_s, post_s = _series(pre, lt.LOSS_SCALE), _series(post, lt.LOSS_SCALE)
+    pre_s, post_s = _series(pre, lk.LOSS_SCALE), _series(post, lk.LOSS_SCALE)
     if pre_s and post_s:
         before = statistics.median(v for _, v, _ in pre_s[-3:])
         after = post_s[0][1]
@@ -244,8 +256,8 @@ def check_loss_scale_and_grad_norm(
                     "grad scaler's state was not restored (it starts over; harmless unless it recurs)",
                 )
             )
-    pre_g = [v for _, v, _ in _series(pre, lt.GRAD_NORM)][-20:]
-    post_g = [v for _, v, _ in _series(post, lt.GRAD_NORM)][1 : cfg.num_steps + 1]
+    pre_g = [v for _, v, _ in _series(pre, lk.GRAD_NORM)][-20:]
+    post_g = [v for _, v, _ in _series(post, lk.GRAD_NORM)][1 : cfg.num_steps + 1]
     if len(pre_g) >= 3 and len(post_g) >= 3:
         before, after = statistics.median(pre_g), statistics.median(post_g)
         shifted = before > 0 and (after > 3 * before or after < before / 3)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptctl.core.watch.axis import Axis
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.model import (
     BaselineStats,
@@ -77,12 +78,20 @@ class CheckContext:
     rs: int | None
     """The checkpoint step: given, else the restore line's."""
     convention: str
-    """When a step is logged: ``after`` / ``before`` the update, or ``unknown``."""
+    """When a step is logged: ``after`` / ``before`` the update, or ``unknown`` (``after`` too
+    when a save line naming ``rs`` came after the line logging that step)."""
+    window: tuple[int, float] | None
+    """Where the resumed run's first position may be (``axis.resume_window``); None without ``rs``."""
     interval: int
     """Steps between logged points (median)."""
     gap_tol: float
     """The largest forward jump that is still not a gap."""
     first_step_ever: int | None
+    history_start: int | None
+    """``first_step_ever`` when the log itself holds the history; None with a separate
+    ``--baseline`` file (an excerpt need not start where training did)."""
+    axis: Axis
+    """What the log's positions count (step, epoch, epoch-batch: ``axis``)."""
     sec_per_step: float | None
     logged_steps: bool
     """The log numbers its steps (not ordinal or epoch-aligned positions)."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ckptctl.core.watch.checks import self_baseline_shift
 from ckptctl.core.watch.context import CheckContext, CheckResult, LossJudgement
-from ckptctl.core.watch.logtokens import LR
+from ckptctl.core.watch.logkeys import LR
 from ckptctl.core.watch.model import (
     CONTINUOUS,
     CURVE_MAX_BEFORE,
@@ -322,8 +322,10 @@ def loss_curve(
 
 
 def describe_detection(seg: Segment) -> str:
-    if seg.reason in ("log-marker", "start-up-lines") and seg.marker is not None:
+    if seg.reason in ("log-marker", "start-up-lines", "start") and seg.marker is not None:
         text = seg.marker.text if len(seg.marker.text) <= 120 else seg.marker.text[:117] + "..."
+        if seg.reason == "start":
+            return f"the log opens with a restore line at line {seg.marker.line_no} ({text!r}): one attempt, no history"
         if seg.marker.kind == "restart":
             return f"the run's start-up lines printed again at line {seg.marker.line_no} ({text!r}), no restore line"
         return f"restore line at line {seg.marker.line_no} ({text!r})"

@@ -8,38 +8,76 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
+from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
 
+#: The metrics of a point that carries none (shared, read-only).
+NO_METRICS: Mapping[str, float] = MappingProxyType({})
 #: Metrics a point may carry (``LossPoint.metrics`` keys).
 METRICS = (
-    lt.LR, lt.TOKENS, lt.SAMPLES, lt.SEC_PER_STEP, lt.TOKENS_PER_S, lt.SAMPLES_PER_S,
-    lt.STEPS_PER_S, lt.MFU, lt.TFLOPS, lt.LOSS_SCALE, lt.GRAD_NORM,
+    lk.LR, lk.TOKENS, lk.SAMPLES, lk.SEC_PER_STEP, lk.TOKENS_PER_S, lk.SAMPLES_PER_S,
+    lk.STEPS_PER_S, lk.MFU, lk.TFLOPS, lk.LOSS_SCALE, lk.GRAD_NORM,
 )  # fmt: skip
 
 
 # A restore: a verb of loading/resuming with a checkpoint-ish object (not "Loading dataset").
 _RESTORE_RE = re.compile(
-    r"\b(?:resum\w*|restor\w*|load\w*|continu\w* training|start\w* training from)\b", re.IGNORECASE
+    r"\b(?:resum\w*|restor\w*|load\w*|reload\w*|continu\w* (?:training|at|from)|start\w* training from)\b", re.IGNORECASE
 )
 _SAVE_RE = re.compile(r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
 _CKPT_NOUN_RE = re.compile(
-    r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b",
+    r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b"
+    r"|\b(?:from|at)\s+(?:the\s+)?(?:end\s+of\s+)?(?:epoch|step|iteration|iter|update|global\s+step)\b",
     re.IGNORECASE,
 )
 _PATH_STEP_RE = re.compile(
-    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)", re.IGNORECASE
+    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)"
+    # a checkpoint file named by its step (detectron2's model_0039999.pth)
+    r"|\bmodel[_-](\d{1,15})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b)",
+    re.IGNORECASE,
+)
+#: A checkpoint path named by its epoch (``ckpt/epoch_6.pt``, ``model_e22.pt``, ``epoch=3-step=1200.ckpt``).
+_PATH_EPOCH_RE = re.compile(
+    r"(?:\bepoch|[_/-]e)[_=-]?(\d{1,9})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b|[-_])", re.IGNORECASE
+)
+#: The number a restore line names is the first step (or epoch) of the resumed run, not the
+#: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
+_NAMES_NEXT_RE = re.compile(
+    r"\b(?:next|(?:continu\w*|start\w*|resum\w*)\s+(?:training\s+)?(?:at|with))\s+(?:the\s+)?(?:global\s+)?"
+    r"(?:step|epoch|iteration|iter|update)\b",
+    re.IGNORECASE,
+)
+#: A trainer saying it restored the weights but not the optimizer (or scheduler, scaler) state.
+_WEIGHTS_ONLY_RE = re.compile(
+    r"\bweights?[ _-]only\b|\bonly\s+(?:the\s+)?model(?:\s+weights|\s+state)?\b"
+    r"|\b(?:optimi[sz]er|scheduler|lr[ _]scheduler|scaler)(?:\s+and\s+(?:the\s+)?(?:optimi[sz]er|scheduler|lr[ _]scheduler|scaler))?"
+    r"(?:\s+states?|\s+state_dict)?\s+(?:was\s+|were\s+|is\s+|are\s+)?(?:not\s+(?:found|loaded|restored|resumed|saved|included)|missing|ignored|skipped)\b"
+    r"|\b(?:not|without|skip(?:ping)?)\s+(?:loading\s+|restoring\s+)?(?:the\s+)?(?:optimi[sz]er|scheduler)\b"
+    r"|\b(?:fresh|new|re-?initiali[sz]ed?)\s+(?:\w+\s+)?optimi[sz]er\b"
+    r"|--no-load-optim\b|\bno_load_optim\b[\s.:=]*True\b|\bload_optim\w*\s*=\s*False\b",
+    re.IGNORECASE,
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LossPoint:
-    """One training loss read from a log (one line, or one multi-line record)."""
+STEP_AXIS = "step"
+EPOCH_AXIS = "epoch"
+EPOCH_BATCH_AXIS = "epoch-batch"
+
+
+class LossPoint(NamedTuple):
+    """One training loss read from a log (one line, or one multi-line record).
+
+    A tuple (millions are made; built by ``tuple.__new__`` on the fast path). Compare
+    points by their fields, never by identity.
+    """
 
     step: int | None
-    """The step counter as logged; ``None`` for formats without one (HF Trainer's dict)."""
+    """The position on the log's step axis (``axis``): the step counter as logged, the epoch,
+    or epoch x batches per epoch + batch; ``None`` for formats without one (HF Trainer's dict)."""
     loss: float
     """May be NaN or +-Inf: the detector needs to see them."""
     line_no: int
@@ -52,10 +90,20 @@ class LossPoint:
     """Epoch when the format logs one (HF Trainer, Lightning)."""
     redraws_previous: bool = False
     """True when this is a progress bar redrawn at the same step: it replaces the previous value."""
-    metrics: Mapping[str, float] = field(default_factory=dict)
+    metrics: Mapping[str, float] = NO_METRICS
     """Other values of the record by meaning (``METRICS``): lr, tokens, tokens_per_s, ..."""
     wall: float | None = None
     """Seconds of the line's timestamp (or a ``time`` field), for lost-line accounting."""
+    axis: str = STEP_AXIS
+    """What ``step`` counts: ``step`` (a step, iteration or update counter), ``epoch``, or
+    ``epoch-batch`` (a counter within the epoch composed with it: ``epoch x epoch_len + batch``)."""
+    epoch_len: int | None = None
+    """Batches per epoch of an ``epoch-batch`` position (the counter's total)."""
+    shape: str = ""
+    """The line's text without digits and blanks (a short prefix): records of one kind share it."""
+    relative: bool = False
+    """The line says its counter counts from the resume ("Step 12 (after resuming)")."""
+
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,16 +117,28 @@ class ResumeMarker:
     """The line, cleaned (ANSI colours and torchrun tags removed), for the explanation."""
     kind: str = "restore"
     """``restore`` (starts a resumed run), ``restart`` (the start-up lines printed again, no restore
-    line: ``RestartDetector``) or ``save`` (information only)."""
+    line: ``RestartDetector``), ``save`` (information only) or ``weights-only`` (the trainer says
+    the optimizer or scheduler state was not restored; information only)."""
     tokens: float | None = None
     """Tokens (or samples) seen the line names, when it does."""
+    epoch: int | None = None
+    """The epoch the line names, when it does (an epoch-indexed log resumes at an epoch)."""
+    names_next: bool = False
+    """The number named is the resumed run's first step or epoch ("continuing at epoch 18")."""
+    weights_only: bool = False
+    """The line also says the optimizer (or scheduler) state was not restored."""
+    on_epoch: bool = False
+    """``step`` is the first position of the epoch the line names (placed by ``watch_axis``)."""
+    step_in_path: bool = False
+    """The step is only the number in the checkpoint's file name (``model_0039999.pth``): which
+    checkpoint, not how the resumed run counts."""
 
 
 LogEvent = LossPoint | ResumeMarker
 
 
 #: Every marker line holds one of these (lower case): most lines skip the regexes.
-MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint")
+MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint", "optim", "weights")
 
 
 def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None) -> ResumeMarker | None:
@@ -96,31 +156,59 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
     else:
         restore = _RESTORE_RE.search(body)
         save = _SAVE_RE.search(body) if restore is None else None
+        weights_only = _WEIGHTS_ONLY_RE.search(body) is not None
         if restore is None and save is None:
+            if weights_only:
+                return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="weights-only", weights_only=True)
             return None
         if not _CKPT_NOUN_RE.search(body):
             return None
         fields = lt.tokenize(body).fields
         if save is not None:
-            return ResumeMarker(line_no=line_no, step=marker_step(body, fields), text=text[:200], kind="save")
+            return ResumeMarker(
+                line_no=line_no, step=marker_step(body, fields), text=text[:200], kind="save", epoch=marker_epoch(body, fields)
+            )
     tokens: float | None = None
     for f in fields:
-        meaning = lt.classify_key(f.key, f.unit)
-        if meaning is not None and meaning[0] in (lt.TOKENS, lt.SAMPLES) and tokens is None:
+        meaning = lk.classify_key(f.key, f.unit)
+        if meaning is not None and meaning[0] in (lk.TOKENS, lk.SAMPLES) and tokens is None:
             tokens = f.value
-    return ResumeMarker(line_no=line_no, step=marker_step(body, fields), text=text[:200], tokens=tokens)
+    epoch = marker_epoch(body, fields)
+    step = marker_step(body, fields)
+    return ResumeMarker(
+        line_no=line_no,
+        step=step,
+        step_in_path=step is not None and not any(
+            (m := lk.classify_key(f.key, f.unit)) is not None and m[0] == lk.STEP for f in fields
+        ),
+        text=text[:200],
+        tokens=tokens,
+        epoch=epoch,
+        names_next=_NAMES_NEXT_RE.search(body) is not None,
+        weights_only=doc is None and _WEIGHTS_ONLY_RE.search(body) is not None,
+    )
 
 
 def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
     best: tuple[int, int] | None = None
     for f in fields:
-        meaning = lt.classify_key(f.key, f.unit)
-        is_step = meaning is not None and meaning[0] == lt.STEP and lt.is_count(f.value)
+        meaning = lk.classify_key(f.key, f.unit)
+        is_step = meaning is not None and meaning[0] == lk.STEP and lt.is_count(f.value)
         if is_step and meaning is not None and (best is None or meaning[1] < best[0]):
             best = (meaning[1], int(f.value))
     if best is not None:
         return best[1]
     m = _PATH_STEP_RE.search(body)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def marker_epoch(body: str, fields: tuple[lt.Field, ...]) -> int | None:
+    """The epoch a restore or save line names: a field (``epoch 7``), else its checkpoint path's."""
+    for f in fields:
+        meaning = lk.classify_key(f.key, f.unit)
+        if meaning is not None and meaning[0] == lk.EPOCH and lt.is_count(f.value):
+            return int(f.value)
+    m = _PATH_EPOCH_RE.search(body)
     return int(m.group(1)) if m else None
 
 
@@ -151,40 +239,81 @@ class RestartDetector:
         self._data_seen = False
         self._back: set[str] = set()
         """Start-up lines seen again since the last data point."""
-        self._recent: deque[str] = deque(maxlen=_MAX_RECENT)
-        """The other lines since the last data point (a failure line among them?), read only
-        when a start-up line comes back (rare): most lines cost a set lookup."""
+        self._recent: deque[bool] = deque(maxlen=_MAX_RECENT)
+        """Whether each of the other lines since the last data point says the run failed (a
+        line's shape decides that: ``failure_line``), read only when a start-up line comes back."""
         self._failed = False
         self._marked = False
         """A marker (restore or restart) since the last data point: nothing more to say."""
+        self.settled = False
+        """The state is the one ``saw_point`` leaves (most points follow points: nothing to do)."""
 
     def see(self, text: str, events: list[LogEvent], line_no: int, in_record: bool) -> ResumeMarker | None:
         """One line and what it gave; ``in_record``: a multi-line record is open (the data started)."""
+        if events:
+            if in_record:
+                self._data_seen = True
+            self.saw_events(events)
+            return None
+        return self.see_shape(text.translate(_SHAPE_TABLE), text, line_no, in_record, None)
+
+    def saw_events(self, events: list[LogEvent]) -> None:
+        if any(isinstance(e, LossPoint) for e in events):
+            self.saw_point()
+        if any(isinstance(e, ResumeMarker) and e.kind == "restore" for e in events):
+            self._marked = True
+            self.settled = False
+
+    def saw_point(self) -> None:
+        if self.settled:
+            return
+        self._data_seen, self._failed, self._marked = True, False, False
+        self._back.clear()
+        self._recent.clear()
+        self.settled = True
+
+    def quiet(self, shape: str, failure: bool, in_record: bool) -> bool:
+        """``see_shape`` of a line of this shape that surely gives no marker, done (the common case);
+        False: call ``see_shape`` (nothing was changed that it would not change the same way)."""
+        self.settled = False
         if in_record:
             self._data_seen = True
-        if events:
-            if any(isinstance(e, LossPoint) for e in events):
-                self._data_seen, self._failed, self._marked = True, False, False
-                self._back.clear()
-                self._recent.clear()
-            if any(isinstance(e, ResumeMarker) and e.kind == "restore" for e in events):
-                self._marked = True
-            return None
+        if self._marked:
+            return True
+        if not self._data_seen or shape in self._preamble:
+            return False
+        self._recent.append(failure)
+        return True
+
+    def see_shape(self, shape: str, text: str, line_no: int, in_record: bool, failure: bool | None) -> ResumeMarker | None:
+        """A line that gave no event, by its shape (``failure``: ``failure_line(text)`` when known)."""
+        self.settled = False
+        if in_record:
+            self._data_seen = True
         if self._marked:
             return None
-        shape = text.translate(_SHAPE_TABLE)
         if not self._data_seen:
             if len(shape) >= 4 and len(self._preamble) < _MAX_PREAMBLE:
                 self._preamble.add(shape)
             return None
         if shape not in self._preamble:
-            self._recent.append(text)
+            self._recent.append(failure_line(text) if failure is None else failure)
             return None
         self._back.add(shape)
         if not self._failed:
-            self._failed = any(_FAILURE_RE.search(t) for t in self._recent)
+            self._failed = any(self._recent)
         needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
         if len(self._back) >= needed:
             self._marked = True
             return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")
         return None
+
+
+def line_shape(text: str) -> str:
+    """A line without its digits and blanks (lines of one template share it)."""
+    return text.translate(_SHAPE_TABLE)
+
+
+def failure_line(text: str) -> bool:
+    """The line says the run failed (a traceback, the scheduler or launcher reporting it)."""
+    return _FAILURE_RE.search(text) is not None

@@ -85,9 +85,11 @@ UNREAD_INPUT = "unread-input"
 header): no ``continuous`` verdict passes over it; such a verdict becomes ``insufficient-data``."""
 EARLIER_DATA_POSITION_MISMATCH = "earlier-data-position-mismatch"
 """An earlier resume in the log did not continue the data position (the resume judged did)."""
+WEIGHTS_ONLY = "weights-only-restore"
+"""The trainer says it restored the model weights but not the optimizer (or scheduler) state."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT,
+    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, WEIGHTS_ONLY,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.
@@ -247,6 +249,8 @@ class TracePoint:
     """The point's other values (learning rate, tokens, throughput, ...; ``losslog.METRICS``)."""
     wall: float | None = None
     """Seconds of the line's timestamp, when it has one."""
+    relative: bool = False
+    """The line says its counter counts from the resume ("Step 12 (after resuming)")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +533,13 @@ class WatchReport:
     checks: Mapping[str, Any] = field(default_factory=dict)
     """RB-7's other checks: ``tokens``, ``throughput``, ``schedule``, ``loss_scale``,
     ``grad_norm`` (each with its numbers, or absent when the log does not carry it)."""
+    step_axis: str = "step"
+    """What the log's positions count (``watch_axis``): ``step`` (a step, iteration or update
+    counter), ``epoch`` (one record per epoch) or ``epoch-batch`` (epoch x ``epoch_len`` + batch)."""
+    epoch_len: int | None = None
+    """Positions per epoch on the ``epoch-batch`` axis."""
+    step_axis_composed: bool = False
+    """The log's step counter starts again every epoch; composed with the epoch here."""
     curve: LossCurve | None = None
     """The points around the resume and the threshold they were judged against (None: no resume)."""
 

@@ -40,6 +40,7 @@ from ckptctl.core.watch.model import (
     SPIKE,
     THROUGHPUT_REGRESSION,
     TOKENS_MISMATCH,
+    WEIGHTS_ONLY,
     Finding,
     fmt_num,
 )
@@ -49,6 +50,7 @@ from ckptctl.core.watch.resume import (
     check_marker_steps,
     check_steps,
     last_save_before,
+    weights_only_marker,
 )
 
 
@@ -74,8 +76,8 @@ def check_step_counter(ctx: CheckContext) -> CheckResult:
     if ctx.logged_steps:
         res.findings.extend(
             check_steps(
-                resumed, ctx.post_segments, pre, ctx.rs, ctx.convention, ctx.interval, ctx.gap_tol,
-                ctx.first_step_ever,
+                resumed, ctx.post_segments, pre, ctx.rs, ctx.window, ctx.interval, ctx.gap_tol,
+                ctx.history_start,
             )
         )
         last_save = last_save_before(ctx.sources, resumed.marker) if resumed.marker is not None else None
@@ -96,6 +98,29 @@ def check_step_counter(ctx: CheckContext) -> CheckResult:
                 "logged points: no training state was restored",
                 step=None,
                 line_no=resumed.points[0].line_no,
+            )
+        )
+    return res
+
+
+def check_weights_only(ctx: CheckContext) -> CheckResult:
+    """A line between the last pre-failure point and the resumed run's first point saying the
+    optimizer (or scheduler) state was not restored (note ``weights-only-restore``)."""
+    res = CheckResult()
+    if ctx.resumed.source != "log":
+        return res
+    pre_log = ctx.pre_segments[-1] if ctx.pre_segments and ctx.pre_segments[-1].source == "log" else None
+    log_events = next(events for source, events in ctx.sources if source == "log")
+    marker = weights_only_marker(
+        log_events, pre_log.points[-1].line_no if pre_log is not None else 0, ctx.resumed.points[0].line_no
+    )
+    if marker is not None:
+        res.notes.append(
+            (
+                WEIGHTS_ONLY,
+                f"line {marker.line_no} says the optimizer (or scheduler) state was not restored "
+                f"({marker.text[:120]!r}): a weights-only restore; the first steps may spike while "
+                "the optimizer's moments build up again",
             )
         )
     return res
@@ -136,6 +161,7 @@ def _loss_scale_and_grad_norm(ctx: CheckContext) -> CheckResult:
 
 #: Every check, in the order the report lists what they say.
 CHECKS: tuple[Check, ...] = (
+    Check("weights_only", check_weights_only, note_codes=(WEIGHTS_ONLY,)),
     Check("steps", check_step_counter, verdicts=(REPLAYED, SKIPPED)),
     Check("nan", check_non_finite, verdicts=(NAN,)),
     Check("loss", check_losses, verdicts=(SPIKE, DIVERGED), note_codes=(SELF_BASELINE,)),

@@ -8,9 +8,11 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ckptctl.core.watch.axis import Axis, choose_axis, place_marker, position
 from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
 from ckptctl.core.watch.model import REPLAYED, SKIPPED, Finding, Segment, TracePoint
 from ckptctl.core.watch.stats import quantile
@@ -39,22 +41,30 @@ class Item:
     point: TracePoint | None
     marker: ResumeMarker | None
     redraw: bool = False
+    shape: str = ""
+    """The shape of the point's line (``LossPoint.shape``)."""
 
 
 def assign_steps(
     sources: Sequence[tuple[str, Sequence[LogEvent]]],
-) -> tuple[list[Item], str, int | None]:
-    """Keep one rank, give every point a step; return items, step kind, selected rank of the log."""
+) -> tuple[list[Item], str, int | None, Axis]:
+    """Keep one rank, give every point a position on the log's axis (``watch_axis``); return
+    items, step kind, selected rank of the log and the axis."""
     items: list[Item] = []
     log_rank: int | None = None
+    ranks = [select_rank(e for e in events if isinstance(e, LossPoint)) for _source, events in sources]
+    selected = [
+        e for (_s, events), rank in zip(sources, ranks, strict=True) for e in events if isinstance(e, LossPoint) and e.rank == rank
+    ]
+    axis = choose_axis(selected)
+    shapes = Counter(p.shape for p in selected)
     has_stepless = has_epoch = False
     # Step-less formats: number the points in order; after a restart (epoch goes
     # back, a restore line, or a separate baseline file) continue from the last
     # point logged at an earlier epoch, so equal epochs line up with equal positions.
     numbered: list[tuple[int, float | None]] = []
     restart_pending = False
-    for source, events in sources:
-        rank = select_rank(e for e in events if isinstance(e, LossPoint))
+    for (source, events), rank in zip(sources, ranks, strict=True):
         if source == "log":
             log_rank = rank
         restart_pending = bool(numbered)
@@ -62,12 +72,14 @@ def assign_steps(
             if isinstance(event, ResumeMarker):
                 if event.kind not in ("restore", "restart"):
                     continue  # a save line is information, not a new run
-                items.append(Item(source, None, event))
+                items.append(Item(source, None, place_marker(event, axis)))
                 restart_pending = bool(numbered)
                 continue
             if event.rank != rank:
                 continue
-            step = event.step
+            step = position(event, axis) if event.step is not None else None
+            if step is None and event.step is not None:
+                continue  # on another axis than the log's (an end-of-epoch summary beside step lines)
             if step is None:
                 has_stepless = True
                 epoch = event.epoch
@@ -83,10 +95,23 @@ def assign_steps(
                     step = numbered[-1][0] + 1
                 numbered.append((step, epoch))
                 restart_pending = False
-            point = TracePoint(step, event.loss, event.line_no, source, event.metrics, event.wall)
-            items.append(Item(source, point, None, event.redraws_previous))
+            point = TracePoint(step, event.loss, event.line_no, source, event.metrics, event.wall, event.relative)
+            last = items[-1] if items else None
+            if (
+                last is not None
+                and last.point is not None
+                and last.point.step == step
+                and last.source == source
+                and last.shape != event.shape
+            ):
+                # The same step from a line of another kind (an end-of-epoch summary, a step's
+                # evaluation of the training split): a repeat, not a restart; the commoner kind counts.
+                if shapes[event.shape] > shapes[last.shape]:
+                    items[-1] = Item(source, point, None, event.redraws_previous, event.shape)
+                continue
+            items.append(Item(source, point, None, event.redraws_previous, event.shape))
     step_kind = "logged" if not has_stepless else "epoch-aligned" if has_epoch else "ordinal"
-    return items, step_kind, log_rank
+    return items, step_kind, log_rank, axis
 
 
 def log_interval_and_gap(
@@ -220,6 +245,12 @@ def stitch(segments: Sequence[Segment]) -> list[TracePoint]:
 
 
 
+def near_start(step: int, first_step_ever: int | None, interval: int) -> bool:
+    """``step`` is where training starts: at most the history's first step (None: a separate
+    baseline file, an excerpt that need not start at training's start) or one interval."""
+    return step <= max(first_step_ever or 0, interval)
+
+
 def step_convention(first_step: int | None, interval: int) -> str:
     """'before' when the history starts at step 0, 'after' when at step 1..interval, else 'unknown'."""
     if first_step is None:
@@ -231,27 +262,23 @@ def step_convention(first_step: int | None, interval: int) -> str:
     return "unknown"
 
 
-def accepted_start(resume_step: int, convention: str, gap_tol: float) -> tuple[int, float]:
-    lo = resume_step + 1 if convention == "after" else resume_step
-    return lo, resume_step + gap_tol
-
-
 def check_steps(
     resumed: Segment,
     post_segments: Sequence[Segment],
     pre: Sequence[TracePoint],
     resume_step: int | None,
-    convention: str,
+    window: tuple[int, float] | None,
     interval: int,
     gap_tol: float,
     first_step_ever: int | None,
 ) -> list[Finding]:
+    """``window``: where the resumed run may start (``watch_axis.resume_window``), with ``resume_step``."""
     found: list[Finding] = []
     p1 = resumed.first_step
     line = resumed.points[0].line_no
-    if resume_step is not None:
-        lo, hi = accepted_start(resume_step, convention, gap_tol)
-        expected = f"{lo}" if interval == 1 else f"{lo}..{resume_step + interval}"
+    if resume_step is not None and window is not None:
+        lo, hi = window
+        expected = f"{lo}" if interval == 1 and hi - lo <= gap_tol else f"{lo}..{max(resume_step + interval, int(hi - gap_tol))}"
         if p1 < lo:
             found.append(
                 Finding(
@@ -260,7 +287,7 @@ def check_steps(
                     f"{resume_step} (expected {expected}): steps {p1}..{lo - 1} are trained again"
                     + (
                         " - the step counter restarted from the beginning"
-                        if p1 <= max(first_step_ever or 0, interval)
+                        if near_start(p1, first_step_ever, interval)
                         else ""
                     ),
                     step=p1,
@@ -280,8 +307,7 @@ def check_steps(
             )
     elif (
         pre
-        and first_step_ever is not None
-        and p1 <= max(first_step_ever, interval)
+        and near_start(p1, first_step_ever, interval)
         and pre[-1].step > p1 + interval
     ):
         found.append(
@@ -297,7 +323,7 @@ def check_steps(
     prev_last = resumed.last_step
     for seg in post_segments[1:]:
         first = seg.points[0]
-        if restarted_from_checkpoint(seg, convention, gap_tol):
+        if restarted_from_checkpoint(seg, gap_tol):
             # The job started again from a checkpoint (a scheduler's requeue: the batch script's
             # "ckptctl: job start ... resuming from checkpoint=" line, the trainer's restore line)
             # and continues right after the step it names: a resume of its own, not a replay.
@@ -327,14 +353,14 @@ def check_steps(
     return found
 
 
-def restarted_from_checkpoint(seg: Segment, convention: str, gap_tol: float) -> bool:
+def restarted_from_checkpoint(seg: Segment, gap_tol: float) -> bool:
     """Does ``seg`` begin with a restore line whose step it continues from (a restart of the job
-    from a checkpoint, e.g. after a Slurm requeue)?"""
+    from a checkpoint, e.g. after a Slurm requeue)? Either logging convention: the named step
+    itself (logged before its update) or the next ones, up to the gap tolerance."""
     marker = seg.marker
     if marker is None or marker.kind != "restore" or marker.step is None:
         return False
-    lo, hi = accepted_start(marker.step, convention, gap_tol)
-    return lo <= seg.first_step <= hi
+    return marker.step <= seg.first_step <= marker.step + gap_tol
 
 
 def last_save_before(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker) -> ResumeMarker | None:
@@ -420,6 +446,59 @@ def check_marker_steps(
             )
         ], []
     return [], []
+
+
+def relative_offset(
+    resumed: Segment,
+    pre_segments: Sequence[Segment],
+    resume_step: int | None,
+    logged_steps: bool,
+    first_step_ever: int | None,
+    interval: int,
+) -> tuple[int | None, str]:
+    """The step the resumed run's counter counts from, when it counts from the restore (and what
+    says so), else (None, "").
+
+    A restore line naming step R followed by a counter that starts again near the log's first
+    step (``Resumed from step 800`` then ``Step 1``): R. A counter whose lines say they count
+    from the resume (``Step 1 (after resuming)``): the checkpoint step given or named, else the
+    last step logged before the resume.
+    """
+    if not logged_steps or not near_start(resumed.first_step, first_step_ever, interval):
+        return None, ""
+    marker = resumed.marker
+    if marker is not None and marker.step is not None and not marker.step_in_path and marker.step > resumed.first_step + interval:
+        return marker.step, f"the restore line at line {marker.line_no}"
+    if resumed.points[0].relative and pre_segments:
+        if resume_step is not None:
+            return resume_step, "the checkpoint step"
+        return max(s.last_step for s in pre_segments), f"the last step logged before it (line {resumed.points[0].line_no})"
+    return None, ""
+
+
+def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line: int) -> ResumeMarker | None:
+    """A line between ``after_line`` and ``until_line`` (the restore) saying the optimizer or
+    scheduler state was not restored (``ResumeMarker.weights_only``)."""
+    for e in events:
+        if isinstance(e, ResumeMarker) and e.weights_only and after_line < e.line_no <= until_line:
+            return e
+    return None
+
+
+def checkpoint_holds_step(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker, step: int) -> bool:
+    """The last save line before the restore line ``marker`` names ``step`` and came after the line
+    logging that step: the checkpoint holds the step's update, the resumed run starts after it."""
+    holds = False
+    for source, events in sources:
+        logged = False
+        for event in events:
+            if source == "log" and event.line_no >= marker.line_no:
+                return holds
+            if isinstance(event, LossPoint):
+                logged = logged or event.step == step
+            elif event.kind == "save" and event.step is not None:
+                holds = event.step == step and logged
+    return holds
 
 
 def check_jump_across_restart(

@@ -1,0 +1,510 @@
+"""The reader's fast path: a line of a shape seen before is read by one regex match.
+
+Pure, stdlib only. A log prints the same few line shapes millions of times with other
+numbers in them. The second time a line's shape (its text without digits) comes by, the
+general reader's answer for it is compiled into a *template*: a regex of the raw line
+(ANSI colours, torchrun tags and blanks as they are; each number a group of its own form:
+sign, thousands separators, fraction, exponent; the numbers of a timestamp and all
+numbers near it of their exact width) and a *recipe* saying what the line gives:
+
+* ``NOTHING``: nothing, whatever its numbers (chatter, warnings, a traceback);
+* ``METRICS``: nothing unless a multi-line record is open (then the general reader);
+* ``RECORD``/``DICT``: a point whose step, loss, epoch, rank, wall time and metrics are
+  read from the groups by code made for the template (``_codegen``: group indices and
+  our own metric names only, never text from the log);
+* ``GENERAL``: read the general way (markers, evaluation lines, headers).
+
+A later line that matches a template whole gives what the general reader gives: the
+template fixes every character but the digits of its numbers, and the recipe checks the
+few things that depend on the values (a step that is a count, ``N <= T`` for a counter, a
+NaN counter of zero, a time below 1e8 s) or hands the line back. What the parser's state
+decides (an open record, the format locked onto, the epoch of a Keras bar, an evaluation
+block) is read from the parser at run time. Tables, CSV and Markdown switch the fast path
+off while they are active. Lines are found by their first characters (``_PREFIX``) among
+at most ``_MAX_TEMPLATES`` templates, then the last used ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.logevents import (
+    LogEvent,
+    failure_line,
+    line_shape,
+    match_marker,
+)
+from ckptctl.core.watch.logkeys import NUM
+from ckptctl.core.watch.logplan import (
+    dict_record,
+    looks_like_metrics,
+    maybe_csv_header,
+)
+from ckptctl.core.watch.logrecipe import (
+    DICT,
+    GENERAL,
+    METRICS,
+    NOTHING,
+    RECORD,
+    Numbers,
+    Parser,
+    Template,
+    dict_recipe,
+    record_recipe,
+)
+from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header
+
+#: Longest line a template is made of (memory and compile time stay small).
+MAX_TEMPLATE_CHARS = 2048
+_MAX_TEMPLATES = 512
+_MAX_PER_KEY = 4
+_MAX_FAILS = 3
+
+_DIGITS = b"0123456789"
+_DIGIT_RUN_RE = re.compile(r"\d+")
+#: A hex word (an address, a communicator id): read by the general reader as no field whatever its digits.
+_HEX_RE = re.compile(r"(?:(?<=[\s=:(\[,])|^)0x[0-9a-fA-F]{1,16}(?=[\s,;)\]]|$)")
+_HEX_FORM = "0x[0-9a-fA-F]{1,16}"
+
+
+def line_key(line: str) -> bytes:
+    """The lookup key of a line: its text without digits (hex words as ``0x``); every line a
+    template matches has the template's key."""
+    if "0x" in line:
+        line = _HEX_RE.sub("0x", line)
+    return line.encode("utf-8", "surrogatepass").translate(None, _DIGITS)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
+_TAG_RE = re.compile(r"\[([A-Za-z_]*?)(\d{1,9})\]:\s?")
+_ANY_NUM_RE = re.compile(r"(?=[-+.\dnNiI])(?:" + NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))")
+_FORM_RE = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.?)(\d*)((?:[eE][-+]?\d+)?)")
+_EXP_PIECE_RE = re.compile(r"[eE][-+]?")
+_DATEISH_RE = re.compile(r"(?<!\d)\d+[-/]\d+(?:\s+|T)\d+:\d+")  # (?<!\d): linear on digit runs
+#: Numbers starting before this position keep their exact width when the line has a date in it
+#: (``timestamp_s`` looks at the first 64 characters).
+_FIXED_HEAD = 96
+_PY_INT = r"(?:0|[1-9]\d{0,14})"
+
+
+# -- cleaning with a map back to the raw line ------------------------------------------------
+
+
+def _clean_map(raw: str) -> tuple[str, list[int], list[tuple[int, int]]] | None:
+    """``clean_line(raw)`` text, the raw index of each of its characters, and the raw spans of the
+    tags' numbers (the first is the rank); None when the two cleanings could disagree."""
+    keep: list[int] = []
+    pos = 0
+    for ansi in _ANSI_RE.finditer(raw):
+        keep.extend(range(pos, ansi.start()))
+        pos = ansi.end()
+    keep.extend(range(pos, len(raw)))
+    text = "".join(raw[i] for i in keep)
+    if "\n" in text:
+        return None
+    digits: list[tuple[int, int]] = []
+    start = 0
+    for _ in range(2 if text.startswith("[") else 0):
+        m = _TAG_RE.match(text, start)
+        if m is None:
+            break
+        a, b = keep[m.start(2)], keep[m.end(2) - 1] + 1
+        if b - a != m.end(2) - m.start(2):
+            return None
+        digits.append((a, b))
+        start = m.end()
+    rest = text[start:]
+    lead = len(rest) - len(rest.lstrip())
+    stripped = rest.strip()
+    index = keep[start + lead : start + lead + len(stripped)]
+    if stripped != lt.clean_line(raw)[0]:
+        return None
+    return stripped, index, digits
+
+
+# -- number forms ----------------------------------------------------------------------------
+
+
+def _form(num: str, *, exact: bool, py: bool) -> str | None:
+    """A regex for numbers of ``num``'s form (what the field reader would read there, and nothing else)."""
+    m = _FORM_RE.fullmatch(num)
+    if m is None or not any(c.isdigit() for c in num):
+        return re.escape(num)  # nan, -inf, Infinity: as written
+    sign, whole, dot, frac, exp = m.groups()
+    if len(whole.replace(",", "")) > 15 or len(frac) > 15:
+        return None
+    out = re.escape(sign)
+    if py:
+        if "," in whole or not whole or (len(whole) > 1 and whole[0] == "0"):
+            return None
+        out += _PY_INT if not exact else r"\d" * len(whole)
+    elif "," in whole:
+        out += rf"\d{{1,3}}(?:,\d{{3}}){{{whole.count(',')}}}" if not exact else re.escape(re.sub(r"\d", "0", whole)).replace("0", r"\d")
+    elif whole:
+        out += r"\d{1,15}" if not exact else rf"\d{{{len(whole)}}}"
+    if dot:
+        out += (r"\.\d{1,15}" if not exact else rf"\.\d{{{len(frac)}}}") if frac else r"\."
+    if exp:
+        out += re.escape(exp[:2]) + r"\d{1,3}" if exp[1] in "+-" else re.escape(exp[0]) + r"\d{1,3}"
+    return out
+
+
+def _literal(piece: str) -> str:
+    return re.escape(piece)
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+
+class FastPath:
+    """The templates of one parser and the loop that reads lines by them.
+
+    A line's lookup key is its raw text without digits: every line a template matches has
+    its template's key (the template fixes every character but digits), so one ``translate``
+    and one dict lookup find the few templates (at most ``_MAX_PER_KEY``) to try.
+    """
+
+    def __init__(self, parser: Parser) -> None:
+        self.p = parser
+        self.by_key: dict[bytes, list[Template]] = {}
+        self.tries: dict[bytes, int] = {}
+        """Keys seen and how many of their lines made no template (a key's first line makes none)."""
+        self.count = 0
+        self.hits = 0
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def feed(self, lines: Iterable[str], out: list[LogEvent]) -> None:
+        p = self.p
+        by_key = self.by_key
+        general = p.feed_general
+        restarts = p.restarts
+        digits = _DIGITS
+        for line in lines:
+            if line[-1:] == "\n":
+                line = line.rstrip("\n")
+            if not p.plain or len(line) > MAX_TEMPLATE_CHARS:
+                general(line, out)
+                continue
+            if "\r" in line:
+                self._parts(line, out)
+                continue
+            known = by_key.get(line.encode("utf-8", "surrogatepass").translate(None, digits) if "0x" not in line else line_key(line))
+            if known is None:
+                if not line or line.isspace():
+                    p.num_lines += 1
+                else:
+                    general(line, out)
+                continue
+            for t in known:
+                m = t.regex.fullmatch(line)
+                if m is not None:
+                    break
+            else:
+                general(line, out)
+                continue
+            read = t.read
+            if read is not None:  # a record's template: the common case first
+                event = read(m.groups(), p.num_lines + 1, p)
+                if event:
+                    p.num_lines += 1
+                    out.append(event)
+                    if not restarts.settled:
+                        restarts.saw_point()
+                    self.hits += 1
+                    continue
+                if event is None:
+                    general(line, out)
+                    continue
+            elif t.kind == GENERAL or (t.kind == METRICS and p.pending is not None):
+                general(line, out)
+                continue
+            p.num_lines += 1
+            self.hits += 1
+            self._nothing(t, line, p.num_lines, False, out)
+
+    def _parts(self, line: str, out: list[LogEvent]) -> None:
+        """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader does."""
+        p = self.p
+        p.num_lines += 1
+        line_no = p.num_lines
+        by_key = self.by_key
+        restarts = p.restarts
+        parts = line.split("\r")
+        # (the keys of all parts at once: "\r" is one byte of UTF-8 and in no other character's bytes)
+        keys = line.encode("utf-8", "surrogatepass").translate(None, _DIGITS).split(b"\r") if "0x" not in line else map(line_key, parts)
+        for part, key in zip(parts, keys, strict=True):
+            if not part or part.isspace():
+                continue
+            if p.plain:
+                for t in by_key.get(key, ()):
+                    m = t.regex.fullmatch(part)
+                    if m is not None:
+                        break
+                else:
+                    t = None
+                if t is not None:
+                    read = t.read
+                    if read is not None:
+                        event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
+                        if event:
+                            out.append(event)
+                            if not restarts.settled:
+                                restarts.saw_point()
+                            self.hits += 1
+                            continue
+                        if event is False:
+                            self.hits += 1
+                            if len(p.unread_samples) < 3 and t.metric_like is not False:
+                                self._nothing(t, part, line_no, True, out)
+                            continue
+                    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+                        self.hits += 1
+                        if len(p.unread_samples) < 3 and t.metric_like is not False:
+                            self._nothing(t, part, line_no, True, out)
+                        continue
+            p.feed_part(part, line_no, True, out)
+
+    def _nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
+        """A part its template reads as no event: what the general reader does then (a start-up
+        line back makes a restart marker; a few metric-like lines are kept for the error message)."""
+        p = self.p
+        if not multi:
+            r = p.restarts
+            in_record = p.pending is not None
+            shape = t.shape if t.shape is not None else line_shape(lt.clean_line(part)[0])
+            if not r.quiet(shape, t.failure, in_record):
+                text = lt.clean_line(part)[0]
+                restart = r.see_shape(shape, text, line_no, in_record, t.failure)
+                if restart is not None:
+                    out.extend(p.emit_pending())
+                    out.append(restart)
+                    return
+        if len(p.unread_samples) < 3 and t.metric_like is not False:
+            text = lt.clean_line(part)[0]
+            if t.metric_like or looks_like_metrics(text):
+                p.unread_samples.append(f"line {line_no}: {text[:80]!r}")
+
+    # -- learning --------------------------------------------------------------------------
+
+    def learn(self, part: str, text: str, gave_point: bool) -> None:
+        """A part the general reader just read: make its template when its key comes back (at once
+        for a line that gave a point: a record's line comes back)."""
+        if not self.p.plain:
+            return
+        key = line_key(part)
+        tries = self.tries.get(key)
+        if tries is None:
+            if len(self.tries) >= 8 * _MAX_TEMPLATES:
+                self.tries.clear()
+            self.tries[key] = 0
+            if not gave_point:
+                return
+            tries = 0
+        if tries >= _MAX_FAILS:
+            return  # a shape no template fits (an address with dots between its numbers)
+        known = self.by_key.get(key, [])
+        if any(t.regex.fullmatch(part) for t in known):
+            return  # (a line of a template that its recipe handed back)
+        t = build(part, text, self.p)
+        if t is None:
+            self.tries[key] = tries + 1
+            return
+        if self.count >= _MAX_TEMPLATES:
+            self.by_key.clear()
+            self.tries.clear()
+            self.count = 0
+        self.count += 1
+        known.insert(0, t)
+        if len(known) > _MAX_PER_KEY:
+            known.pop()  # the oldest: a counter grew a digit where widths are kept exact
+            self.count -= 1
+        self.by_key[key] = known
+
+
+def build(part: str, text: str, p: Parser) -> Template | None:
+    """The template of ``part`` (``text``: its cleaned text), or None when no template can be exact."""
+    mapped = _clean_map(part)
+    if mapped is None or mapped[0] != text:
+        return None
+    _text, index, tag_digits = mapped
+    stamp = lt.timestamp_s(text)
+    body = text if stamp is None else text[: stamp[1]] + " " + text[stamp[2] :]
+    kind = RECORD
+    doc = lt.read_dict(body) if "{" in body else None
+    tokens: lt.Tokens | None = None
+    if is_fence(text) or (p.requested_csv and maybe_csv_header(text)) or match_marker(text, body, 0, doc[0] if doc else None) is not None:
+        kind = GENERAL
+    elif doc is not None:
+        kind = DICT if dict_record(*doc) is not None else NOTHING
+    elif "{" in body and "}" in body:
+        return None  # braces that hold no dict: whether a dict parses depends on its numbers' forms
+    else:
+        tokens = lt.tokenize_meaningful(body)
+        if tokens is None:
+            kind = NOTHING
+        elif not tokens.fields:
+            header = (tokens.num_numbers == 0 or is_markdown_row(body)) and table_header(body) is not None
+            kind = GENERAL if tokens.is_eval or header else NOTHING
+        else:
+            kinds = lt.meanings(tokens)
+            if lt.is_metrics_only(tokens, kinds):
+                kind = METRICS
+            elif tokens.counter is None and not any(kinds) and lt.counter_spans(body, lt.taken_starts(lt.fields_with_positions(body))) is None:
+                kind = NOTHING
+            elif lt.is_eval_line(tokens, kinds):
+                kind = GENERAL
+            elif all(k is None or k[0] not in lt.RECORD_KINDS for k in kinds):
+                kind = METRICS  # (a counter, no step, loss or epoch: nothing with no record open)
+    if kind in (NOTHING, METRICS) and doc is None and not is_markdown_row(text):
+        return _loose(part, text, kind)
+    regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
+    if regex_text is None:
+        return None
+    try:
+        regex = re.compile(regex_text)
+    except re.error:
+        return None
+    metric_like = looks_like_metrics(text) if len(text) + 16 * len(numbers.text) < 500 else None
+    t = Template(regex, kind, line_shape(text), failure_line(text), metric_like)
+    if kind == RECORD:
+        assert tokens is not None
+        if not record_recipe(t, tokens, body, numbers, text, p):
+            t.kind = GENERAL
+    elif kind == DICT:
+        assert doc is not None
+        if not dict_recipe(t, doc, body, numbers, p):
+            t.kind = GENERAL
+    return t
+
+
+def _loose(part: str, text: str, kind: int) -> Template | None:
+    """The template of a text line that gives nothing (with no record open) whatever its numbers.
+
+    Such a line's reading depends on its words, not on its numbers' values or widths: each digit
+    run is any run of up to 9 digits (a torchrun tag stays one), each hex word (``0x7f3a``) any
+    hex word. With hex words its shape (restart detection) is taken from each line.
+    """
+    out: list[str] = []
+    pos = 0
+    hexes = 0
+    for m in _HEX_RE.finditer(part):
+        out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos : m.start()])))
+        out.append(_HEX_FORM)
+        pos = m.end()
+        hexes += 1
+    out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos:])))
+    try:
+        regex = re.compile("".join(out))
+    except re.error:
+        return None
+    runs = len(_DIGIT_RUN_RE.findall(part))
+    metric_like = looks_like_metrics(text) if not hexes and len(text) + 9 * runs < 500 else None
+    return Template(regex, kind, line_shape(text) if not hexes else None, failure_line(text), metric_like)
+
+
+def _pattern(
+    part: str,
+    text: str,
+    index: list[int],
+    tag_digits: list[tuple[int, int]],
+    stamp: tuple[float, int, int] | None,
+    body: str,
+    *,
+    py_from: int,
+) -> tuple[str | None, Numbers]:
+    """The regex of ``part``: its own characters, each number (of ``body``), tag number and the
+    timestamp a group; and where each number's group is."""
+    nums = Numbers()
+    spans = [(m.start(), m.end(), m.group()) for m in _ANY_NUM_RE.finditer(body)]
+    # body -> text positions: after the stamp, body has one " " where text had the stamp
+    shift = 0 if stamp is None else stamp[2] - stamp[1] - 1
+
+    def to_text(j: int) -> int:
+        return j if stamp is None or j < stamp[1] else j + shift
+
+    pieces_ok = _pieces_ok(body, spans)
+    if not pieces_ok:
+        return None, nums
+    # Numbers keep their exact width where a width could change what ``timestamp_s`` finds:
+    # before the end of a timestamp of the first form (tried first), within the head for the
+    # other form or for a date-like run that is no timestamp.
+    found = lt.timestamp_match(text)
+    if (stamp is None) != (found is None):
+        return None, nums  # a timestamp's shape with values no date has (month 45): others may have one
+    if found is not None and found[0] == 0:
+        exact_before = stamp[2] if stamp is not None else 0
+    else:
+        exact_before = _FIXED_HEAD if found is not None or _DATEISH_RE.search(text[:_FIXED_HEAD]) else 0
+    # raw spans to replace: (raw start, raw end, regex, what: a body start or a marker)
+    subs: list[tuple[int, int, str, int]] = []
+    for a, b in tag_digits:
+        subs.append((a, b, r"\d{1,9}", -2 if not subs else -3))
+    if found is not None:
+        stamp_form, sm = found
+        nums.stamp_form = stamp_form
+        parts = [(sm.start(), sm.end("mi"), -4), (sm.start("s"), sm.end("s"), -5)]
+        if sm.group("f") if stamp_form == 0 else None:
+            parts.append((sm.start("f"), sm.end("f"), -6))
+            nums.stamp_frac_digits = len(sm.group("f"))
+        for a, b, what in parts:
+            s_raw, e_raw = _raw_span(index, a, b)
+            if s_raw < 0:
+                return None, nums
+            subs.append((s_raw, e_raw, re.escape(re.sub(r"\d", "0", text[a:b])).replace("0", r"\d"), what))
+    for a, b, num in spans:
+        ta, tb = to_text(a), to_text(b)
+        if stamp is not None and a == stamp[1]:
+            return None, nums  # a number where the stamp's blank is
+        form = _form(num, exact=ta < exact_before, py=0 <= py_from < a)
+        if form is None:
+            return None, nums
+        ra, rb = _raw_span(index, ta, tb)
+        if ra < 0:
+            return None, nums
+        subs.append((ra, rb, form, a))
+        nums.text[a] = num
+    subs.sort()
+    out: list[str] = []
+    pos = 0
+    for group, (ra, rb, form, what) in enumerate(subs):
+        if ra < pos:
+            return None, nums
+        # (the text's digits are all in groups, ``_pieces_ok``: digits left here are in ANSI codes)
+        out.append(_literal(part[pos:ra]))
+        out.append("(" + form + ")")
+        if what >= 0:
+            nums.group[what] = group
+        elif what == -2:
+            nums.tag = group
+        elif what == -4:
+            nums.stamp_minute = group
+        elif what == -5:
+            nums.stamp_sec = group
+        elif what == -6:
+            nums.stamp_frac = group
+        pos = rb
+    out.append(_literal(part[pos:]))
+    return "".join(out), nums
+
+
+def _raw_span(index: list[int], a: int, b: int) -> tuple[int, int]:
+    """The raw span of text[a:b], or (-1, -1) when ANSI codes cut through it."""
+    if b <= a or b > len(index):
+        return -1, -1
+    ra, rb = index[a], index[b - 1] + 1
+    return (ra, rb) if rb - ra == b - a else (-1, -1)
+
+
+def _pieces_ok(body: str, spans: list[tuple[int, int, str]]) -> bool:
+    pos = 0
+    for k, (a, b, _num) in enumerate(spans):
+        piece = body[pos:a]
+        if any(c.isdigit() for c in piece):
+            return False
+        if k > 0 and (piece in (",", ".") or _EXP_PIECE_RE.fullmatch(piece)):
+            return False  # "3,5071" is two numbers, "16,507" one: where numbers meet, widths matter
+        pos = b
+    return not any(c.isdigit() for c in body[pos:])
+
+
