@@ -17,7 +17,7 @@ from ckptctl.core.watch.logtokens import Field, parse_float
 
 #: Most columns a table header may have.
 MAX_COLUMNS = 32
-_FENCE_RE = re.compile(r"[ \t]*(?:```|~~~)[\w+.-]*[ \t]*")
+_FENCE_RE = re.compile(r"(?<![ \t])[ \t]*(?:```|~~~)[\w+.-]*[ \t]*")  # used whole (fullmatch); (?<!): linear in a search too
 _CELL_STRIP = " \t*`_"
 
 

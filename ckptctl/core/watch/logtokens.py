@@ -194,7 +194,7 @@ _DIGIT_RE = re.compile(r"\d")
 _NONFINITE_RE = re.compile(r"nan|inf", re.IGNORECASE)
 #: A number with a fraction just after a field's integer (tacotron2's ``Train loss 12002 4.972964``).
 _NEXT_VALUE_RE = re.compile(
-    r"[ \t]+(?P<v>[-+]?\d+\.\d+(?:[eE][-+]?\d+)?)(?![\w%/.])"
+    r"(?<![ \t])[ \t]+(?P<v>[-+]?\d+\.\d+(?:[eE][-+]?\d+)?)(?![\w%/.])"  # (?<!): linear on blank runs
     r"(?![ \t]*(?:ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps)(?![A-Za-z]))"
 )
 
