@@ -126,13 +126,15 @@ def test_a_killed_recovery_is_an_incident_and_status_never_mixes_up_jobs(
                                  text=True, cwd=s.dir, env=_env(CKPTCTL_TEST_HOLD_LOCK_UNTIL=str(release)))
         _wait("the first recovery's lock", lock_file.exists, 120, first)
         st = ckptctl("status", str(s.root))
-        assert st["lock"]["operation"] == "recover" and st["lock"]["alive"] is True and st["lock"]["pid"] == first.pid
-        assert st["recovery_in_progress"]["pid"] == first.pid and st["last_recovery"] is None
+        # the recovery runs in its supervisor (a process of its own session): it holds the lock
+        sup_a = st["lock"]["pid"]
+        assert st["lock"]["operation"] == "recover" and st["lock"]["alive"] is True and sup_a != first.pid
+        assert st["recovery_in_progress"]["pid"] == sup_a and st["last_recovery"] is None
         human = ckptctl("status", str(s.root), json_out=False)
-        assert "recovery in progress: recover by" in human and f"(pid {first.pid})" in human
+        assert "recovery in progress: recover by" in human and f"(pid {sup_a})" in human
         assert "last recovery: none finished; one is in progress" in human
         (inc,) = ckptctl("incidents", str(s.root))["incidents"]
-        assert inc["outcome"] == "in-progress" and inc["source"] == "audit" and str(first.pid) in inc["note"]
+        assert inc["outcome"] == "in-progress" and inc["source"] == "audit" and str(sup_a) in inc["note"]
         release.write_text("")
         out, err = first.communicate(timeout=300)
         doc = json.loads(out)
@@ -150,7 +152,7 @@ def test_a_killed_recovery_is_an_incident_and_status_never_mixes_up_jobs(
                                   text=True, cwd=s.dir, env=_env())
         launch = _wait(
             "the second launch",
-            lambda: [r for r in audit_records(s.root) if r["action"] == "launch" and r["pid"] == second.pid],
+            lambda: [r for r in audit_records(s.root) if r["action"] == "launch" and r["job_id"] != job_a],
             180, second,
         )[0]
         job_b = launch["job_id"]
@@ -161,25 +163,32 @@ def test_a_killed_recovery_is_an_incident_and_status_never_mixes_up_jobs(
         assert st["job"]["job_id"] == job_b and st["job"]["verified"]["state"] == "being-watched"
         # the previous recovery's verdict is about the previous job, and says so
         assert st["last_recovery"]["job_id"] == job_a and st["last_recovery"]["about_current_job"] is False
+        sup_b = launch["pid"]  # the second recovery's supervisor: killing it kills the recovery
+        assert sup_b != sup_a
+        os.kill(sup_b, signal.SIGKILL)
         second.send_signal(signal.SIGKILL)
         second.communicate(timeout=60)
-        assert _running(int(job_b)), "the job outlives the recover that was killed"
+        # gone, not a zombie: its parent (the killed foreground) is gone too, init reaps it
+        _wait("the killed supervisor to be reaped", lambda: not Path(f"/proc/{sup_b}").exists(), 60)
+        # the job's output went to its supervisor (a pipe): without its reader it ends at its
+        # next line, never left running unwatched (docs/launch.md, "what happens when")
+        _wait("the job to end with its supervisor", lambda: not _running(int(job_b)), 60)
 
         st = ckptctl("status", str(s.root))
-        assert st["lock"]["pid"] == second.pid and st["lock"]["alive"] is False and st["recovery_in_progress"] is None
-        assert st["job"]["job_id"] == job_b and st["job"]["now"]["state"] == "RUNNING"
+        assert st["lock"]["pid"] == sup_b and st["lock"]["alive"] is False and st["recovery_in_progress"] is None
+        assert st["job"]["job_id"] == job_b and st["job"]["now"]["state"] == "ENDED"
         verified = st["job"]["verified"]
         assert verified["state"] == "not-verified" and "no recovery report names this job" in verified["reason"]
         assert st["last_recovery"]["outcome"] == "recovered" and st["last_recovery"]["about_current_job"] is False
         human = ckptctl("status", str(s.root), json_out=False)
-        assert f"job: local {job_b}: RUNNING" in human and "verified: no (not-verified)" in human
+        assert f"job: local {job_b}: ENDED" in human and "verified: no (not-verified)" in human
         assert f"about job {job_a}, not the job above: loss watch continuous" in human
         assert "stale (its holder is gone" in human
 
         ledger = ckptctl("incidents", str(s.root))
         assert [(r["outcome"], r["job_id"]) for r in ledger["incidents"]] == [("recovered", job_a), ("unrecorded", job_b)]
         died = ledger["incidents"][1]
-        assert died["source"] == "audit" and f"pid {second.pid} on {host}" in died["note"]
+        assert died["source"] == "audit" and f"pid {sup_b} on {host}" in died["note"]
         assert "ended without its report" in died["note"]
 
         # 3. the next recover breaks the stale lock; the dead one stays ONE incident
@@ -198,7 +207,7 @@ def test_a_killed_recovery_is_an_incident_and_status_never_mixes_up_jobs(
         assert f"launch  started local job {job_a} resuming from {s.root / 'step_30'}  by" in text
         assert f"recover  recovery ended: recovered (local job {job_a})" in text
         assert f"launch  started local job {job_b} resuming from" in text
-        assert f"break-lock  broke a stale recover lock of pid {second.pid} on {host}" in text
+        assert f"break-lock  broke a stale recover lock of pid {sup_b} on {host}" in text
     finally:
         release.write_text("")
         for pid in jobs:
