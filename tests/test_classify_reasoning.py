@@ -184,6 +184,35 @@ def test_two_hosts_in_the_file_is_no_guess() -> None:
     assert v.category == "infra" and v.hosts == ()
 
 
+# Labelled before running: the host is the output line of the echoed command; a
+# command whose output is not one name, or a command that prints no name, names nobody.
+@pytest.mark.parametrize(
+    ("command", "output", "host"),
+    [
+        ("$ hostname", "gpu-w41", "gpu-w41"),
+        ("+ hostname -s", "gpu-w41", "gpu-w41"),
+        ("# uname -n", "gpu-w41.cluster.internal", "gpu-w41"),
+        ("$ cat /etc/hostname", "gpu-w41", "gpu-w41"),
+        ("$ hostname", "hostname: Name or service not known", None),
+        ("$ hostnamectl", "gpu-w41", None),
+        ("$ echo hostname", "gpu-w41", None),
+    ],
+)
+def test_the_output_of_an_echoed_hostname_command_is_the_host(command: str, output: str, host: str | None) -> None:
+    text = f"{command}\n{output}\n$ dmesg | tail -2\n[88211.104411] NVRM: Xid (PCI:0000:5e:00): 79, pid=7711, name=python, GPU has fallen off the bus.\n"
+    v = decide_text({"node-report.txt": text})
+    assert v.category == "infra"
+    assert v.hosts == ((host,) if host else ())
+
+
+def test_a_hostname_command_on_the_last_line_of_a_block_names_nobody() -> None:
+    # the output line is in the next block: the rule does not guess (documented)
+    scanner = FileScanner(MATCHER, file="r.txt")
+    assert scanner.feed(b"$ hostname\n") == [] and scanner.section_hosts == set()
+    scanner.feed(b"gpu-w41\n")
+    assert scanner.section_hosts == set()
+
+
 def test_a_hostless_cause_takes_the_host_of_the_same_second_elsewhere() -> None:
     def case(second: str) -> Verdict:
         return decide(

@@ -46,8 +46,9 @@ EVENT_GROUPS = frozenset(
         "time", "peer", "pod", "cause_xid", "code", "seq", "op", "numel", "pg", "program",
     }
 )  # fmt: skip
-#: Extra groups only context signatures use.
-_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host"})
+#: Extra groups only context signatures use. ``host_command``: the line echoes a command
+#: whose output, the next line, is the machine's name (``$ hostname``).
+_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host", "host_command"})
 
 SIGNATURE_KEYS = frozenset(
     {

@@ -155,7 +155,8 @@ def context_kind(sig: Signature) -> str:
     ``table-field`` (field/value: a torchrun failure-table field), ``name-resolution``
     (peer_host: an IP and the host behind it; the IP comes from ``attribute_line``), ``message-head`` (gpu: the head of a
     multi-line kernel message), ``section`` (host or pod: a shell prompt, a
-    ``kubectl describe`` header), ``header`` (none: torchrun's "Root Cause")."""
+    ``kubectl describe`` header; host_command: ``$ hostname``, whose output line
+    ``Matcher.scan_block`` reads as the host), ``header`` (none: torchrun's "Root Cause")."""
     kind = _CONTEXT_KINDS.get(sig.pattern)
     if kind is None:
         groups = set(re.compile(sig.pattern).groupindex)
@@ -165,7 +166,7 @@ def context_kind(sig: Signature) -> str:
             kind = "name-resolution"
         elif "gpu" in groups:
             kind = "message-head"
-        elif groups & {"host", "pod"}:
+        elif groups & {"host", "pod", "host_command"}:
             kind = "section"
         else:
             kind = "header"
