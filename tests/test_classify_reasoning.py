@@ -227,6 +227,31 @@ def test_a_hostless_cause_takes_the_host_of_the_same_second_elsewhere() -> None:
     assert case("13:44").hosts == ()  # two hosts in the input, none at that second: no guess
 
 
+# -- a state report alone: a query tool's reading, not an event ------------------------------
+# Labelled before running: nvidia-smi's reading alone is low; with the job failing on the
+# same input, or the kernel's XID, it is corroborated and keeps its confidence.
+@pytest.mark.parametrize(
+    ("case", "files", "category", "confidence"),
+    [
+        ("smi alone", {"smi.txt": "$ nvidia-smi\nUnable to determine the device handle for GPU 00000000:86:00.0: GPU is lost.  Reboot the system to recover this GPU\n"},
+         "infra", "low"),
+        ("smi unknown error alone", {"smi.txt": "Unable to determine the device handle for GPU 0000:86:00.0: Unknown Error\n"},
+         "infra", "low"),
+        ("smi and the job's CUDA error", {"smi.txt": "Unable to determine the device handle for GPU 00000000:86:00.0: GPU is lost.\n",
+                                          "rank3.err": "[rank3]: RuntimeError: CUDA error: unknown error\n"},
+         "infra", "high"),
+        ("smi and the kernel's XID", {"smi.txt": "Unable to determine the device handle for GPU 00000000:86:00.0: GPU requires reset\n",
+                                      "dmesg": "[9921.33] NVRM: Xid (PCI:0000:86:00): 79, pid=4410, name=python, GPU has fallen off the bus.\n"},
+         "infra", "high"),
+    ],
+)
+def test_a_state_report_alone_is_low_confidence(case: str, files: dict[str, str], category: str, confidence: str) -> None:
+    v = decide_text(files)
+    assert (v.category, v.confidence) == (category, confidence), case
+    lone = any("a reading of the device's state" in r for r in v.reasons)
+    assert lone == (confidence == "low"), case
+
+
 @pytest.mark.parametrize(
     ("time", "key"),
     [

@@ -13,7 +13,10 @@
   its consequences;
 * a cause whose line names no host takes the host that **the other lines of its file**
   name, or the lines of **the same second** in other files (any line shape: a syslog
-  prefix, a pod or node name, an instance id), when exactly one host is named there.
+  prefix, a pod or node name, an instance id), when exactly one host is named there;
+* a **state report alone** (a query tool's reading of a device, nvidia-smi's "GPU is
+  lost") with no other line of any failure in the input says the device is bad now,
+  not that it ended the job: its confidence drops to low.
 
 Each rule is a function of typed event fields, table-tested in tests/test_classify_reasoning.py.
 """
@@ -79,6 +82,7 @@ def reason_across_lines(evidence: Evidence) -> tuple[Evidence, tuple[str, ...]]:
     """The evidence with the cross-line rules applied, and one sentence per rule that fired."""
     notes: list[str] = []
     tallies = _demote_fallbacks(evidence.tallies, notes)
+    tallies = _lone_state_reports(tallies, notes)
     tallies = _attach_hosts(tallies, evidence, notes)
     tallies.extend(desync_tallies(evidence.collectives, evidence.rank_hosts, notes))
     host_tallies = many_program_tallies(evidence.programs, notes)
@@ -111,6 +115,27 @@ def _demote_explained_crashes(
         else t
         for t in tallies
     ]  # fmt: skip
+
+
+def _lone_state_reports(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
+    """State reports decide at low confidence when no other line of the input shows a
+    failure (no cause or symptom of another kind: the job's own error, a kernel event)."""
+    failing = [t for t in tallies if t.signature.role in ("cause", "symptom")]
+    if not failing or not all(t.signature.state_report for t in failing):
+        return list(tallies)
+    out = []
+    for t in tallies:
+        sig = t.signature
+        if sig.state_report and sig.role == "cause" and sig.confidence != "low":
+            low = replace(sig, confidence="low")
+            t = replace(t, signature=low, samples=tuple(replace(e, signature=low) for e in t.samples))
+            notes.append(
+                f"{sig.description or sig.id} is a reading of the device's state, and no other line "
+                "shows the job failing or the kernel reporting an event: it may not be what ended the "
+                "job (low confidence)"
+            )
+        out.append(t)
+    return out
 
 
 def _demote_fallbacks(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
