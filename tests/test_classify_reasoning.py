@@ -205,6 +205,49 @@ def test_the_output_of_an_echoed_hostname_command_is_the_host(command: str, outp
     assert v.hosts == ((host,) if host else ())
 
 
+# Labelled before running: NCCL's init line names a host of its file; one host in the
+# file is taken, two are no guess, and it never names the lines below it (no section).
+@pytest.mark.parametrize(
+    ("banners", "hosts"),
+    [
+        (["gpu-w07:811:811 [2] NCCL INFO cudaDriverVersion 12040"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [0] NCCL INFO Bootstrap : Using ib0:10.8.0.7<0>"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [0] NCCL INFO NCCL version 2.19.3+cuda12.3"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [2] NCCL INFO cudaDriverVersion 12040", "gpu-w08:990:990 [2] NCCL INFO cudaDriverVersion 12040"], ()),
+        (["gpu-w07:811:811 [2] NCCL INFO Channel 00/32 : 0 1 2 3"], ()),
+    ],
+)
+def test_nccls_init_line_names_a_host_of_its_file(banners: list[str], hosts: tuple[str, ...]) -> None:
+    text = "\n".join([*banners, "[rank2]: RuntimeError: CUDA error: uncorrectable NVLink error was detected during the execution"]) + "\n"
+    v = decide_text({"rank2.log": text})
+    assert v.category == "infra"
+    assert v.hosts == hosts
+    assert v.causes[0].host_source == ("the rest of its file" if hosts else None)
+
+
+# Labelled before running: a raw dmesg XID (no host) takes the host that another file's
+# syslog lines pair its GPU with; two hosts pairing the same bus id (bus ids repeat
+# across machines) is no guess, and another GPU's pairing says nothing.
+@pytest.mark.parametrize(
+    ("kern_log", "hosts"),
+    [
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n", ("gpu-w12",)),
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n"
+         "Mar 03 11:20:44 gpu-w13 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-77e1aa01-0b3c-4c55-8e10-2a9d6f3b4c21\n", ()),
+        # other GPUs' pairings (two hosts, so the "only host in the input" rule does not apply either)
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:1b:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n"
+         "Mar 03 11:20:44 gpu-w13 kernel: NVRM: GPU at PCI:0000:3d:00: GPU-77e1aa01-0b3c-4c55-8e10-2a9d6f3b4c21\n", ()),
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: Xid (PCI:0000:5e:00): 94, pid=7711, name=python, Contained: CE User Channel\n", ("gpu-w12",)),
+    ],
+)
+def test_a_raw_xid_takes_the_host_its_gpu_is_paired_with(kern_log: str, hosts: tuple[str, ...]) -> None:
+    dmesg = "[88211.104411] NVRM: Xid (PCI:0000:5e:00): 79, pid=7711, name=python, GPU has fallen off the bus.\n"
+    v = decide_text({"dmesg.txt": dmesg, "kern.log": kern_log})
+    assert v.category == "infra"
+    assert v.hosts == hosts
+    assert (v.causes[0].host_source == "every line naming its GPU") == bool(hosts)
+
+
 def test_a_hostname_command_on_the_last_line_of_a_block_names_nobody() -> None:
     # the output line is in the next block: the rule does not guess (documented)
     scanner = FileScanner(MATCHER, file="r.txt")

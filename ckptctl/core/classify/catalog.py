@@ -47,8 +47,9 @@ EVENT_GROUPS = frozenset(
     }
 )  # fmt: skip
 #: Extra groups only context signatures use. ``host_command``: the line echoes a command
-#: whose output, the next line, is the machine's name (``$ hostname``).
-_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host", "host_command"})
+#: whose output, the next line, is the machine's name (``$ hostname``); ``mention``: the
+#: line's prefix names a host of its file, not of the lines below (NCCL's init banner).
+_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host", "host_command", "mention"})
 
 SIGNATURE_KEYS = frozenset(
     {

@@ -12,8 +12,9 @@
   segfault of ``python`` and one of ``sshd``) point at the host, and those crashes are
   its consequences;
 * a cause whose line names no host takes the host that **the other lines of its file**
-  name, or the lines of **the same second** in other files (any line shape: a syslog
-  prefix, a pod or node name, an instance id), when exactly one host is named there;
+  name, or the lines naming **its GPU** (bus id) with a host elsewhere, or the lines of
+  **the same second** in other files (any line shape: a syslog prefix, a pod or node
+  name, an instance id), when exactly one host is named there;
 * a **state report alone** (a query tool's reading of a device, nvidia-smi's "GPU is
   lost") with no other line of any failure in the input says the device is bad now,
   not that it ended the job: its confidence drops to low.
@@ -259,6 +260,9 @@ def _host_for(e: Event, evidence: Evidence) -> tuple[str | None, str]:
     in_file = evidence.file_hosts.get(e.file, ())
     if len(in_file) == 1:
         return in_file[0], "the rest of its file"
+    with_gpu = evidence.gpu_hosts.get(e.gpu, ()) if e.gpu is not None else ()
+    if len(with_gpu) == 1 and not in_file:
+        return with_gpu[0], "every line naming its GPU"
     key = time_key(e.time)
     at_time = evidence.time_hosts.get(key, ()) if key is not None else ()
     if len(at_time) == 1 and not in_file:
