@@ -1,7 +1,8 @@
-"""CUDA runtime and NVML error strings: which say the node, which say the program.
+"""CUDA runtime, NVML and NCCL error strings: which say the node, which say the program.
 
 Lines written for this test from the producers' documented strings (NVIDIA CUDA runtime
-API: cudaError_t / cudaGetErrorString; NVML: nvmlErrorString), labelled before running.
+API: cudaError_t / cudaGetErrorString; NVML: nvmlErrorString; NCCL: ncclResult_t and
+ncclGetErrorString, as older torch printed them), labelled before running.
 """
 
 from __future__ import annotations
@@ -58,3 +59,21 @@ def test_cuda_and_nvml_strings(line: str, sig_id: str, category: str, confidence
     v = verdict_of(line + "\n")
     assert (v.category, v.confidence) == (category, confidence)
     assert v.hosts == ()  # none of these drains a node on its own
+
+
+# older torch: "NCCL Error %d: %s". A system/internal/remote error alone is a consequence
+# (unknown: the WARN lines before it say which call failed); invalid usage is the program's.
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category"),
+    [
+        ("RuntimeError: NCCL Error 2: unhandled system error", "nccl-system-error", "unknown"),
+        ("RuntimeError: NCCL Error 3: internal error", "nccl-system-error", "unknown"),
+        ("RuntimeError: NCCL Error 6: remote error", "nccl-system-error", "unknown"),
+        ("RuntimeError: NCCL Error 4: invalid argument", "nccl-invalid-usage", "job"),
+        ("RuntimeError: NCCL Error 5: invalid usage", "nccl-invalid-usage", "job"),
+    ],
+)
+def test_older_torch_nccl_error_numbers(line: str, sig_id: str, category: str) -> None:
+    match = MATCHER.match_line(line)
+    assert match is not None and match.signature.id == sig_id
+    assert verdict_of(line + "\n").category == category
