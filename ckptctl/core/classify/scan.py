@@ -121,6 +121,13 @@ def plan_prefilter(keywords: Sequence[bytes]) -> dict[int, list[tuple[bytes, int
         best = max(counts, key=lambda b: (counts[b] / _byte_cost(b), -b))
         chosen.add(best)
         uncovered = {i for i in uncovered if best not in options[i]}
+    # Greedy cover keeps passes that later choices made redundant (an early pass on "s"
+    # whose keywords all have an anchor on passes chosen after it): drop them, costliest
+    # first, while every keyword keeps an anchor on a remaining pass.
+    for b in sorted(chosen, key=lambda b: (-_byte_cost(b), b)):
+        rest = chosen - {b}
+        if all(not (opts.keys() & {b}) or opts.keys() & rest for opts in options):
+            chosen = rest
     groups: dict[int, list[tuple[bytes, int]]] = {}
     for index, (kw, opts) in enumerate(zip(keywords, options, strict=True)):
         # The passes are chosen; the longest anchor among them is the most specific
