@@ -67,6 +67,8 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("slurmstepd", "slurmstepd: error: *** JOB 81234 ON gpu-c01 CANCELLED AT 2025-03-02T04:11:09 DUE TO PREEMPTION ***",
      {"host": "gpu-c01", "time": "2025-03-02T04:11:09"}),
     ("srun-label", "3: IndexError: list index out of range", {"rank": 3}),
+    ("torchrun-record-flat", "  | 2026-03-02T04:11:09.118Z | [5]: time : 2026-03-02_04:11:09 host : algo-3 rank : 13 (local_rank: 5) exitcode : -6 (pid: 4410) error_file: <N/A> traceback : Signal 6 (SIGABRT) received by PID 4410",
+     {"host": "algo-3", "rank": 13, "local_rank": 5}),
     ("torchrun-table-host", "  host      : gpu-a01.hpc.example.net", {"host": "gpu-a01"}),
     ("torchrun-table-rank", "  rank      : 3 (local_rank: 3)", {"rank": 3, "local_rank": 3}),
     ("torchrun-table-exitcode", "  exitcode  : -9 (pid: 140233)", {"pid": 140233}),

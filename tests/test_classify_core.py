@@ -283,6 +283,19 @@ def test_prefilter_plan_anchors_are_suffixes_of_their_keywords() -> None:
     assert len(groups) < len({k[0] for k in keywords}) / 2
 
 
+def test_prefilter_plan_keeps_no_redundant_pass() -> None:
+    # every pass is some keyword's only anchor among the chosen passes (a pass whose
+    # keywords all have an anchor elsewhere is dropped: each pass costs a scan of the block)
+    keywords = sorted({k.encode() for s in CATALOG for k in s.keywords})
+    chosen = set(plan_prefilter(keywords))
+    for b in chosen:
+        only = [
+            kw for kw in keywords
+            if b in (opts := {kw[i] for i in range(len(kw) - min(len(kw), 4) + 1)}) and not opts & (chosen - {b})
+        ]  # fmt: skip
+        assert only, f"the pass on {chr(b)!r} is redundant"
+
+
 def test_candidate_lines_find_every_line_with_a_keyword() -> None:
     rng = random.Random(4)
     keywords = sorted({k for s in CATALOG for k in s.keywords})

@@ -63,6 +63,11 @@ JOB_ENDS: list[tuple[str, list[str], str, str, list[str], str | None]] = [
      "infra", "high", [], "slurm-step-node-failure"),
     ("slurmctld kills a job on a failed node", ["[2026-02-15T02:13:20.118] Killing JobId=51023 on failed node gpu-q11"],
      "infra", "high", ["gpu-q11"], "slurmctld-node-failed"),
+    # an older slurmstepd: "DUE TO NODE %s FAILURE" names the survivor it runs on: nobody drained
+    ("Slurm node failure, older wording", ["slurmstepd: error: *** STEP 6120.0 CANCELLED AT 2026-02-15T02:13:20 DUE TO NODE cn-b17 FAILURE ***"],
+     "infra", "high", [], "slurm-step-node-failure"),
+    ("Slurm uncorrectable memory error", ["slurmstepd: error: *** STEP 6121.0 ON cn-b18 UNCORRECTABLE MEMORY ERROR AT 2026-02-15T04:00:09 ***"],
+     "infra", "high", ["cn-b18"], "slurm-step-uncorrectable-memory"),
     ("cancelled with no reason", ["slurmstepd: error: *** JOB 77120 ON gpu-x03 CANCELLED AT 2026-02-14T08:40:02 ***"],
      "preemption", "low", [], "slurm-cancelled"),
     ("sacct: cancelled by a user", ["77120          pretrain  CANCELLED by 41021       0:0"], "preemption", "low", [],

@@ -184,6 +184,78 @@ def test_two_hosts_in_the_file_is_no_guess() -> None:
     assert v.category == "infra" and v.hosts == ()
 
 
+# Labelled before running: the host is the output line of the echoed command; a
+# command whose output is not one name, or a command that prints no name, names nobody.
+@pytest.mark.parametrize(
+    ("command", "output", "host"),
+    [
+        ("$ hostname", "gpu-w41", "gpu-w41"),
+        ("+ hostname -s", "gpu-w41", "gpu-w41"),
+        ("# uname -n", "gpu-w41.cluster.internal", "gpu-w41"),
+        ("$ cat /etc/hostname", "gpu-w41", "gpu-w41"),
+        ("$ hostname", "hostname: Name or service not known", None),
+        ("$ hostnamectl", "gpu-w41", None),
+        ("$ echo hostname", "gpu-w41", None),
+    ],
+)
+def test_the_output_of_an_echoed_hostname_command_is_the_host(command: str, output: str, host: str | None) -> None:
+    text = f"{command}\n{output}\n$ dmesg | tail -2\n[88211.104411] NVRM: Xid (PCI:0000:5e:00): 79, pid=7711, name=python, GPU has fallen off the bus.\n"
+    v = decide_text({"node-report.txt": text})
+    assert v.category == "infra"
+    assert v.hosts == ((host,) if host else ())
+
+
+# Labelled before running: NCCL's init line names a host of its file; one host in the
+# file is taken, two are no guess, and it never names the lines below it (no section).
+@pytest.mark.parametrize(
+    ("banners", "hosts"),
+    [
+        (["gpu-w07:811:811 [2] NCCL INFO cudaDriverVersion 12040"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [0] NCCL INFO Bootstrap : Using ib0:10.8.0.7<0>"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [0] NCCL INFO NCCL version 2.19.3+cuda12.3"], ("gpu-w07",)),
+        (["gpu-w07:811:811 [2] NCCL INFO cudaDriverVersion 12040", "gpu-w08:990:990 [2] NCCL INFO cudaDriverVersion 12040"], ()),
+        (["gpu-w07:811:811 [2] NCCL INFO Channel 00/32 : 0 1 2 3"], ()),
+    ],
+)
+def test_nccls_init_line_names_a_host_of_its_file(banners: list[str], hosts: tuple[str, ...]) -> None:
+    text = "\n".join([*banners, "[rank2]: RuntimeError: CUDA error: uncorrectable NVLink error was detected during the execution"]) + "\n"
+    v = decide_text({"rank2.log": text})
+    assert v.category == "infra"
+    assert v.hosts == hosts
+    assert v.causes[0].host_source == ("the rest of its file" if hosts else None)
+
+
+# Labelled before running: a raw dmesg XID (no host) takes the host that another file's
+# syslog lines pair its GPU with; two hosts pairing the same bus id (bus ids repeat
+# across machines) is no guess, and another GPU's pairing says nothing.
+@pytest.mark.parametrize(
+    ("kern_log", "hosts"),
+    [
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n", ("gpu-w12",)),
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n"
+         "Mar 03 11:20:44 gpu-w13 kernel: NVRM: GPU at PCI:0000:5e:00: GPU-77e1aa01-0b3c-4c55-8e10-2a9d6f3b4c21\n", ()),
+        # other GPUs' pairings (two hosts, so the "only host in the input" rule does not apply either)
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: GPU at PCI:0000:1b:00: GPU-1c0d5b7e-2b71-4e1d-9a44-0f2d7c1e9b30\n"
+         "Mar 03 11:20:44 gpu-w13 kernel: NVRM: GPU at PCI:0000:3d:00: GPU-77e1aa01-0b3c-4c55-8e10-2a9d6f3b4c21\n", ()),
+        ("Mar 03 11:20:41 gpu-w12 kernel: NVRM: Xid (PCI:0000:5e:00): 94, pid=7711, name=python, Contained: CE User Channel\n", ("gpu-w12",)),
+    ],
+)
+def test_a_raw_xid_takes_the_host_its_gpu_is_paired_with(kern_log: str, hosts: tuple[str, ...]) -> None:
+    dmesg = "[88211.104411] NVRM: Xid (PCI:0000:5e:00): 79, pid=7711, name=python, GPU has fallen off the bus.\n"
+    v = decide_text({"dmesg.txt": dmesg, "kern.log": kern_log})
+    assert v.category == "infra"
+    assert v.hosts == hosts
+    assert (v.causes[0].host_source == "every line naming its GPU") == bool(hosts)
+
+
+def test_a_hostname_command_on_the_last_line_of_a_block_names_nobody() -> None:
+    # the output line is in the next block: the rule does not guess (documented)
+    scanner = FileScanner(MATCHER, file="r.txt")
+    assert scanner.feed(b"$ hostname\n") == [] and scanner.section_hosts == set()
+    scanner.feed(b"gpu-w41\n")
+    assert scanner.section_hosts == set()
+
+
 def test_a_hostless_cause_takes_the_host_of_the_same_second_elsewhere() -> None:
     def case(second: str) -> Verdict:
         return decide(
@@ -196,6 +268,31 @@ def test_a_hostless_cause_takes_the_host_of_the_same_second_elsewhere() -> None:
     assert v.hosts == ("gpu-n9",)
     assert any("every line of the same second" in r for r in v.reasons)
     assert case("13:44").hosts == ()  # two hosts in the input, none at that second: no guess
+
+
+# -- a state report alone: a query tool's reading, not an event ------------------------------
+# Labelled before running: nvidia-smi's reading alone is low; with the job failing on the
+# same input, or the kernel's XID, it is corroborated and keeps its confidence.
+@pytest.mark.parametrize(
+    ("case", "files", "category", "confidence"),
+    [
+        ("smi alone", {"smi.txt": "$ nvidia-smi\nUnable to determine the device handle for GPU 00000000:86:00.0: GPU is lost.  Reboot the system to recover this GPU\n"},
+         "infra", "low"),
+        ("smi unknown error alone", {"smi.txt": "Unable to determine the device handle for GPU 0000:86:00.0: Unknown Error\n"},
+         "infra", "low"),
+        ("smi and the job's CUDA error", {"smi.txt": "Unable to determine the device handle for GPU 00000000:86:00.0: GPU is lost.\n",
+                                          "rank3.err": "[rank3]: RuntimeError: CUDA error: unknown error\n"},
+         "infra", "high"),
+        ("smi and the kernel's XID", {"smi.txt": "Unable to determine the device handle for GPU 00000000:86:00.0: GPU requires reset\n",
+                                      "dmesg": "[9921.33] NVRM: Xid (PCI:0000:86:00): 79, pid=4410, name=python, GPU has fallen off the bus.\n"},
+         "infra", "high"),
+    ],
+)
+def test_a_state_report_alone_is_low_confidence(case: str, files: dict[str, str], category: str, confidence: str) -> None:
+    v = decide_text(files)
+    assert (v.category, v.confidence) == (category, confidence), case
+    lone = any("a reading of the device's state" in r for r in v.reasons)
+    assert lone == (confidence == "low"), case
 
 
 @pytest.mark.parametrize(

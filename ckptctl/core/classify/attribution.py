@@ -71,6 +71,10 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("slurmstepd", r"\*\*\* (?:JOB|STEP) \S+ (?:ON (?P<host>" + _HOSTNAME + r") )?CANCELLED AT (?P<time>\S+)"),
         ("srun-label", r"^(?P<rank>\d{1,5}): "),
         # torchrun failure table: "  host      : gpu-a1", "  rank      : 3 (local_rank: 3)", "  exitcode  : -9 (pid: 1)"
+        # a torchrun failure record flattened onto one line (a log shipper such as CloudWatch
+        # joins its fields): "... host : algo-2 rank : 2 (local_rank: 2) exitcode : -6 (pid: 189) ..."
+        ("torchrun-record-flat", r"(?:^|\s)host\s+:\s+(?P<host>" + _HOSTNAME + r")\s+rank\s+:\s+(?P<rank>\d+)"
+         r"\s+\(local_rank:\s+(?P<local_rank>\d+)\)(?:\s+exitcode\s+:\s+(?P<exitcode>-?\d+))?"),
         ("torchrun-table-host", r"^\s+host\s+:\s+(?P<host>" + _HOSTNAME + r")\s*$"),
         ("torchrun-table-rank", r"^\s+rank\s+:\s+(?P<rank>\d+)(?:\s+\(local_rank:\s+(?P<local_rank>\d+)\))?"),
         ("torchrun-table-exitcode", r"^\s+exitcode\s+:\s+(?P<exitcode>-?\d+)(?:\s+\(pid:\s+(?P<pid>\d+)\))?"),

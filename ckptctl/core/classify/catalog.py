@@ -46,8 +46,10 @@ EVENT_GROUPS = frozenset(
         "time", "peer", "pod", "cause_xid", "code", "seq", "op", "numel", "pg", "program",
     }
 )  # fmt: skip
-#: Extra groups only context signatures use.
-_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host"})
+#: Extra groups only context signatures use. ``host_command``: the line echoes a command
+#: whose output, the next line, is the machine's name (``$ hostname``); ``mention``: the
+#: line's prefix names a host of its file, not of the lines below (NCCL's init banner).
+_CONTEXT_GROUPS = frozenset({"field", "value", "peer_host", "host_command", "mention"})
 
 SIGNATURE_KEYS = frozenset(
     {
@@ -66,6 +68,7 @@ SIGNATURE_KEYS = frozenset(
         "code",
         "source",
         "xid_report",
+        "state_report",
         "fallback",
         "examples",
     }
@@ -136,6 +139,11 @@ class Signature:
     xid_report: bool = False
     """The line reports an NVIDIA XID by code in another tool's words (the device plugin,
     DCGM): the code's own catalog entry decides, as for the kernel's line."""
+    state_report: bool = False
+    """The line is a query tool's reading of a device's state (nvidia-smi / NVML's
+    "GPU is lost"), not an event the driver, kernel or job logged: it says the device
+    is bad now, not that it ended the job. With nothing else in the input (no failure
+    of the job, no kernel event) the verdict it decides is low confidence."""
     examples: tuple[str, ...] = ()
     """Real-looking lines the pattern must match (checked by the test suite)."""
 
@@ -220,6 +228,9 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
     xid_report = entry.get("xid_report", False)
     if not isinstance(xid_report, bool) or (xid_report and "xid" not in groups):
         raise CatalogError(f"{where}: 'xid_report' must be true or false, with a (?P<xid>...) group")
+    state_report = entry.get("state_report", False)
+    if not isinstance(state_report, bool):
+        raise CatalogError(f"{where}: 'state_report' must be true or false, got {state_report!r}")
     fallback = entry.get("fallback", False)
     if not isinstance(fallback, bool):
         raise CatalogError(f"{where}: 'fallback' must be true or false, got {fallback!r}")
@@ -243,6 +254,7 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         xid=xid_value,
         codes=codes,
         xid_report=xid_report,
+        state_report=state_report,
         fallback=fallback,
         source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),

@@ -155,7 +155,10 @@ def context_kind(sig: Signature) -> str:
     ``table-field`` (field/value: a torchrun failure-table field), ``name-resolution``
     (peer_host: an IP and the host behind it; the IP comes from ``attribute_line``), ``message-head`` (gpu: the head of a
     multi-line kernel message), ``section`` (host or pod: a shell prompt, a
-    ``kubectl describe`` header), ``header`` (none: torchrun's "Root Cause")."""
+    ``kubectl describe`` header; host_command: ``$ hostname``, whose output line
+    ``Matcher.scan_block`` reads as the host), ``mention`` (a line whose prefix names
+    a host of its file, not of the lines below it: NCCL's once-per-process init
+    lines), ``header`` (none: torchrun's "Root Cause")."""
     kind = _CONTEXT_KINDS.get(sig.pattern)
     if kind is None:
         groups = set(re.compile(sig.pattern).groupindex)
@@ -163,9 +166,11 @@ def context_kind(sig: Signature) -> str:
             kind = "table-field"
         elif "peer_host" in groups:
             kind = "name-resolution"
+        elif "mention" in groups:
+            kind = "mention"
         elif "gpu" in groups:
             kind = "message-head"
-        elif groups & {"host", "pod"}:
+        elif groups & {"host", "pod", "host_command"}:
             kind = "section"
         else:
             kind = "header"
@@ -217,6 +222,9 @@ class FileScanner:
         #: Hosts named by section contexts (a shell prompt, ``hostname: X``), whatever
         #: lines follow them: with the events' hosts, the hosts this incident names.
         self.section_hosts: set[str] = set()
+        #: GPU bus id -> the hosts mention lines name with it (the driver's "GPU at PCI"
+        #: line with a syslog prefix); two per GPU at most (one is all the rule needs).
+        self.gpu_hosts: dict[str, dict[str, None]] = {}
 
     def feed(self, block: bytes, *, fixed_line: int | None = None) -> list[Event]:
         """Events from one block of whole lines (the last may lack its newline).
@@ -348,12 +356,18 @@ class FileScanner:
         if kind == "message-head":
             self._message_head = (line_no, {k: fields[k] for k in ("gpu", "host") if k in fields})
             return
-        if kind == "section":
-            # A later prompt or header replaces what it names (host, pod).
-            self._section.update({k: fields[k] for k in ("host", "pod") if k in fields})
+        if kind in ("section", "mention"):
+            if kind == "section":
+                # A later prompt or header replaces what it names (host, pod).
+                self._section.update({k: fields[k] for k in ("host", "pod") if k in fields})
             named = normalize_host(fields.get("host"))
             if named is not None and len(self.section_hosts) < 1000:
                 self.section_hosts.add(named)
+            gpu = normalize_pci(fields.get("gpu")) if kind == "mention" else None
+            if named is not None and gpu is not None and (gpu in self.gpu_hosts or len(self.gpu_hosts) < 1000):
+                paired = self.gpu_hosts.setdefault(gpu, {})
+                if len(paired) < 2:
+                    paired[named] = None
             return
         name = fields.get("field")
         if name is None:

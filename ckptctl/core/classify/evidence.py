@@ -48,6 +48,10 @@ class Evidence:
     time_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per second of the input (``time_key``), the hosts lines of that second name (at most
     ``NAMED_HOSTS_KEPT``)."""
+    gpu_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per GPU PCI bus id, the hosts that lines naming it with a host name (a syslog-prefixed
+    kernel line, the driver's ``GPU at PCI:`` line) pair it with (at most ``NAMED_HOSTS_KEPT``):
+    bus ids repeat across machines, so only a unique pairing means anything."""
     collectives: Mapping[tuple[str, str, int], Event] = field(default_factory=dict)
     """Per (signature, process group, rank), the first watchdog line that names the
     collective the rank waits in or how far it got (seq, op, numel)."""
@@ -87,6 +91,7 @@ class EvidenceCollector:
         self.section_hosts: dict[str, None] = {}
         self._file_hosts: dict[str, dict[str, None]] = {}
         self._time_hosts: dict[str, dict[str, None]] = {}
+        self._gpu_hosts: dict[str, dict[str, None]] = {}
         self._collectives: dict[tuple[str, str, int], Event] = {}
         self._programs: dict[str, dict[str, Event]] = {}
 
@@ -120,6 +125,8 @@ class EvidenceCollector:
             key = time_key(event.time)
             if key is not None:
                 _add_bounded(self._time_hosts, key, host, len(self._time_hosts) < MAX_TIMES)
+            if event.gpu is not None:
+                _add_bounded(self._gpu_hosts, event.gpu, host, len(self._gpu_hosts) < MAX_TIMES)
         if event.rank is not None and (event.seq is not None or event.op is not None):
             ckey = (event.signature.id, event.pg or "", event.rank)
             if ckey not in self._collectives and len(self._collectives) < MAX_COLLECTIVES:
@@ -146,6 +153,9 @@ class EvidenceCollector:
         for ip, host in scanner.peer_hosts.items():
             if len(self.peer_hosts) < 100_000:
                 self.peer_hosts.setdefault(ip, host)
+        for gpu, paired in sorted(scanner.gpu_hosts.items()):
+            for host in paired:
+                _add_bounded(self._gpu_hosts, gpu, host, len(self._gpu_hosts) < MAX_TIMES)
         for host in sorted(scanner.section_hosts):
             if len(self.section_hosts) < 1000:
                 self.section_hosts[host] = None
@@ -190,6 +200,7 @@ class EvidenceCollector:
             named_hosts=tuple(named),
             file_hosts={k: tuple(v) for k, v in self._file_hosts.items()},
             time_hosts={k: tuple(v) for k, v in self._time_hosts.items()},
+            gpu_hosts={k: tuple(v) for k, v in self._gpu_hosts.items()},
             collectives=dict(self._collectives),
             programs={h: dict(p) for h, p in self._programs.items()},
         )

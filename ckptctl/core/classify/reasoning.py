@@ -12,8 +12,12 @@
   segfault of ``python`` and one of ``sshd``) point at the host, and those crashes are
   its consequences;
 * a cause whose line names no host takes the host that **the other lines of its file**
-  name, or the lines of **the same second** in other files (any line shape: a syslog
-  prefix, a pod or node name, an instance id), when exactly one host is named there.
+  name, or the lines naming **its GPU** (bus id) with a host elsewhere, or the lines of
+  **the same second** in other files (any line shape: a syslog prefix, a pod or node
+  name, an instance id), when exactly one host is named there;
+* a **state report alone** (a query tool's reading of a device, nvidia-smi's "GPU is
+  lost") with no other line of any failure in the input says the device is bad now,
+  not that it ended the job: its confidence drops to low.
 
 Each rule is a function of typed event fields, table-tested in tests/test_classify_reasoning.py.
 """
@@ -79,6 +83,7 @@ def reason_across_lines(evidence: Evidence) -> tuple[Evidence, tuple[str, ...]]:
     """The evidence with the cross-line rules applied, and one sentence per rule that fired."""
     notes: list[str] = []
     tallies = _demote_fallbacks(evidence.tallies, notes)
+    tallies = _lone_state_reports(tallies, notes)
     tallies = _attach_hosts(tallies, evidence, notes)
     tallies.extend(desync_tallies(evidence.collectives, evidence.rank_hosts, notes))
     host_tallies = many_program_tallies(evidence.programs, notes)
@@ -111,6 +116,27 @@ def _demote_explained_crashes(
         else t
         for t in tallies
     ]  # fmt: skip
+
+
+def _lone_state_reports(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
+    """State reports decide at low confidence when no other line of the input shows a
+    failure (no cause or symptom of another kind: the job's own error, a kernel event)."""
+    failing = [t for t in tallies if t.signature.role in ("cause", "symptom")]
+    if not failing or not all(t.signature.state_report for t in failing):
+        return list(tallies)
+    out = []
+    for t in tallies:
+        sig = t.signature
+        if sig.state_report and sig.role == "cause" and sig.confidence != "low":
+            low = replace(sig, confidence="low")
+            t = replace(t, signature=low, samples=tuple(replace(e, signature=low) for e in t.samples))
+            notes.append(
+                f"{sig.description or sig.id} is a reading of the device's state, and no other line "
+                "shows the job failing or the kernel reporting an event: it may not be what ended the "
+                "job (low confidence)"
+            )
+        out.append(t)
+    return out
 
 
 def _demote_fallbacks(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
@@ -234,6 +260,9 @@ def _host_for(e: Event, evidence: Evidence) -> tuple[str | None, str]:
     in_file = evidence.file_hosts.get(e.file, ())
     if len(in_file) == 1:
         return in_file[0], "the rest of its file"
+    with_gpu = evidence.gpu_hosts.get(e.gpu, ()) if e.gpu is not None else ()
+    if len(with_gpu) == 1 and not in_file:
+        return with_gpu[0], "every line naming its GPU"
     key = time_key(e.time)
     at_time = evidence.time_hosts.get(key, ()) if key is not None else ()
     if len(at_time) == 1 and not in_file:

@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from ckptctl.core.classify.attribution import attribute_line, clip_text, strip_ansi
+from ckptctl.core.classify.attribution import (
+    attribute_line,
+    clip_text,
+    is_plausible_host,
+    strip_ansi,
+)
 from ckptctl.core.classify.catalog import MAX_MATCH_CHARS, XID_PATTERN_TEMPLATE, Signature
 
 
@@ -116,6 +121,13 @@ def plan_prefilter(keywords: Sequence[bytes]) -> dict[int, list[tuple[bytes, int
         best = max(counts, key=lambda b: (counts[b] / _byte_cost(b), -b))
         chosen.add(best)
         uncovered = {i for i in uncovered if best not in options[i]}
+    # Greedy cover keeps passes that later choices made redundant (an early pass on "s"
+    # whose keywords all have an anchor on passes chosen after it): drop them, costliest
+    # first, while every keyword keeps an anchor on a remaining pass.
+    for b in sorted(chosen, key=lambda b: (-_byte_cost(b), b)):
+        rest = chosen - {b}
+        if all(not (opts.keys() & {b}) or opts.keys() & rest for opts in options):
+            chosen = rest
     groups: dict[int, list[tuple[bytes, int]]] = {}
     for index, (kw, opts) in enumerate(zip(keywords, options, strict=True)):
         # The passes are chosen; the longest anchor among them is the most specific
@@ -279,6 +291,12 @@ class Matcher:
             self._pattern_passes.append(fallback)
         self._all_patterns = (1 << len(self._always)) - 1
         self._xid_line = re.compile(XID_PATTERN_TEMPLATE.format(code=r"\d+"))
+        #: Context signatures that echo a command printing the machine's name
+        #: (``$ hostname``): the line after theirs is the host.
+        self._host_commands = frozenset(
+            i for i, sig in enumerate(self.signatures)
+            if sig.role == "context" and "(?P<host_command>" in sig.pattern
+        )  # fmt: skip
 
     @property
     def engine(self) -> str:
@@ -378,7 +396,12 @@ class Matcher:
                 end = min(end, start + MAX_MATCH_CHARS)
             match = self.match_bytes(block[start:end], hint, patterns)
             if match is not None:
-                matches.append((offset, match.index, dict(match.fields), clip_text(match.text, match.at)))
+                fields = dict(match.fields)
+                if match.index in self._host_commands:
+                    host = command_output_host(block, end)
+                    if host is not None:
+                        fields["host"] = host
+                matches.append((offset, match.index, fields, clip_text(match.text, match.at)))
         return matches, count(b"\n")
 
     def _first_hit(self, line: bytes, hint: int, patterns: int) -> int:
@@ -414,6 +437,24 @@ class Matcher:
 RawMatch = tuple[int, int, dict[str, str], str]
 #: ``Matcher.scan_block``'s result: the matches and the block's newline count.
 BlockScan = tuple[list[RawMatch], int]
+
+
+#: A command's output that is one machine name and nothing else.
+_HOST_OUTPUT = re.compile(rb"[ \t]*([A-Za-z0-9][A-Za-z0-9_.-]{0,252})[ \t\r]*")
+
+
+def command_output_host(block: bytes, start: int) -> str | None:
+    """The machine name printed on the line of ``block`` that starts at ``start`` (the
+    output of ``hostname`` echoed on the line before), or None when that line is not
+    one plausible host name (or lies in the next block: the rule then does not fire)."""
+    end = block.find(b"\n", start, start + 300)
+    if end == -1:
+        end = len(block) if len(block) - start < 300 else start
+    m = _HOST_OUTPUT.fullmatch(block, start, end)
+    if m is None:
+        return None
+    name = m.group(1).decode("ascii").rstrip(".")
+    return name if is_plausible_host(name) else None
 
 
 def _with_prefix_fields(text: str, fields: dict[str, str]) -> dict[str, str]:
