@@ -8,7 +8,7 @@ fork: the child installs its own handlers (``body`` does, first thing) before an
 can reach it, so a signal sent right after the start is handled, never fatal.
 
 ``EventLog`` is the channel: the child appends one JSON object per line (flushed: a
-reader sees it at once; it also stays in the run root's logs); ``EventTail`` reads the
+reader sees it at once; it also stays in the run root's logs); ``adapters.filetail.EventTail`` reads the
 lines a reader has not seen yet, only whole ones.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import IO, Any
 
-__all__ = ["EventLog", "EventTail", "exit_status", "spawn_detached", "unblock_signals"]
+__all__ = ["EventLog", "exit_status", "spawn_detached", "unblock_signals"]
 
 _BLOCKED = {signal.SIGINT, signal.SIGTERM}
 
@@ -109,31 +109,3 @@ class EventLog:
             with contextlib.suppress(OSError):
                 self._f.close()
             self._f = None
-
-
-class EventTail:
-    """The complete JSON lines appended to ``path`` since the last ``read`` (odd lines skipped)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.pos = 0
-        self.partial = b""
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read(1 << 22)
-        except OSError:
-            return []
-        self.pos += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                out.append(doc)
-        return out

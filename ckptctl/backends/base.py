@@ -185,34 +185,6 @@ class JobBackend(Protocol):
 # -- following a job's output file (shared by the backends that write one) ------------------------
 
 
-class LogTail:
-    """Lines appended to a file, read as they come (the file may not exist yet)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.pos = 0
-        self.partial = b""
-
-    def read(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read(1 << 22)
-        except OSError:
-            return []
-        self.pos += len(data)
-        data = self.partial + data
-        *lines, self.partial = data.split(b"\n")
-        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-
-    def rest(self) -> list[str]:
-        lines = self.read()
-        if self.partial:
-            lines.append(self.partial.decode("utf-8", "replace"))
-            self.partial = b""
-        return lines
-
-
 def feed_lines(lines: list[str], on_output: OutputFn | None, on_line: LineFn | None) -> bool:
     """Show each line and give it to the watch; True once the watch asked for a stop.
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
+from ckptctl.adapters.filetail import FileTail
 from ckptctl.adapters.jobtree import JobStopper, signal_job_tree
 from ckptctl.adapters.launch_result import LaunchError, create_log_file
 from ckptctl.adapters.launcher import Supervisor
@@ -29,7 +30,6 @@ from ckptctl.backends.base import (
     JobPreview,
     JobRun,
     LineFn,
-    LogTail,
     OutputFn,
     StopCheck,
     StopRequest,
@@ -95,7 +95,7 @@ class LocalBackend:
         proc = sub.process
         if proc is None:
             raise ValueError("the local backend follows only a job this process started (it reaps it)")
-        tail = LogTail(sub.log_path)
+        tail = FileTail(sub.log_path)
         stopper = JobStopper(proc.pid, plan.stop_grace_s)
         stopped_by_watch, request = False, None
         reason: str | None = None

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
 from ckptctl.adapters import slurm
+from ckptctl.adapters.filetail import FileTail
 from ckptctl.backends.base import (
     JobPreview,
     JobRun,
     LineFn,
-    LogTail,
     OutputFn,
     StopCheck,
     Submission,
@@ -111,7 +111,7 @@ class SlurmBackend:
         stop_check: StopCheck | None = None,
     ) -> JobRun:
         job_id, t0 = sub.ref.job_id, sub.started_monotonic
-        tail = LogTail(sub.log_path)
+        tail = FileTail(sub.log_path)
         poll_s = config.launch.slurm.poll_s
         # Scheduling a fresh submission takes a few scheduler cycles even on an idle cluster (longer
         # on a busy controller): that is not missing capacity, so the wait never drops below this.

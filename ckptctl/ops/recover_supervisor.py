@@ -39,11 +39,11 @@ from typing import Any
 
 from ckptctl.adapters.detach import (
     EventLog,
-    EventTail,
     exit_status,
     spawn_detached,
     unblock_signals,
 )
+from ckptctl.adapters.filetail import EventTail
 from ckptctl.adapters.signals import Interrupts
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import resolve_log_dir
@@ -186,7 +186,7 @@ def follow(sup: Supervised, *, on_event: EventFn, poll_s: float = POLL_S) -> dic
     code: int | None = None
     with _forwarding(sup.pid):
         while True:
-            for ev in tail.read():
+            for ev in tail.events():
                 if ev.get("kind") in ("end", "error"):
                     exit_status(sup.pid, block=True)
                     return ev

@@ -196,10 +196,10 @@ class Recovery:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class JobStopped:
-    """``--replace``: the run root's live job (``job.json``) was stopped before a new one starts."""
+class _JobAct:
+    """A change to the run root's job record (``job.json``): the two kinds below share its keys."""
 
-    action: ClassVar[AuditAction] = "stop-job"
+    action: ClassVar[AuditAction]
     who: Who
     backend: str
     job_id: str
@@ -223,28 +223,17 @@ class JobStopped:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class JobSuperseded:
+class JobStopped(_JobAct):
+    """``--replace``: the run root's live job (``job.json``) was stopped before a new one starts."""
+
+    action: ClassVar[AuditAction] = "stop-job"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSuperseded(_JobAct):
     """A job record whose job is no longer alive (dead pid, finished Slurm job) was closed."""
 
     action: ClassVar[AuditAction] = "supersede-job"
-    who: Who
-    backend: str
-    job_id: str
-    reason: str
-    state: str | None
-    job: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.who.head(),
-            "action": self.action,
-            "backend": self.backend,
-            "job_id": self.job_id,
-            "reason": self.reason,
-            "state": self.state,
-            "job": self.job,
-            "ckptctl_version": self.who.ckptctl_version,
-        }
 
 
 AuditEntry = (
