@@ -20,6 +20,7 @@ from ckptctl.core.watch.model import (
     RELATIVE_COUNTER,
     SPIKE,
     UNDECIDED,
+    UNREAD_INPUT,
     VERDICT_CLASS,
     VERDICT_CLASSES,
     VERDICTS,
@@ -71,8 +72,9 @@ def test_the_registry_names_every_check_once_and_covers_every_problem() -> None:
     assert declared == set(PROBLEMS)
     assert declared <= set(VERDICTS)
     codes = {code for c in CHECKS for code in c.note_codes}
-    # the reader's own notes (lost lines, a relative counter) come before any check runs
-    assert codes | {LOST_LOG_LINES, RELATIVE_COUNTER} == set(NOTE_CODES)
+    # the reader's own notes (lost lines, a relative counter) come before any check runs;
+    # unread input is the source reader's (ops/watch.py), after them
+    assert codes | {LOST_LOG_LINES, RELATIVE_COUNTER, UNREAD_INPUT} == set(NOTE_CODES)
 
 
 def _log() -> list[LossPoint | ResumeMarker]:

@@ -36,9 +36,10 @@ from typing import Any
 
 from torch.distributed.checkpoint.metadata import Metadata
 
+from ckptctl.core.watch.restored import PREFIX, format_restored
 from ckptctl.training.errors import LoadCoverageError
 
-LINE_PREFIX = "ckptctl: restored:"
+LINE_PREFIX = PREFIX
 _SHOWN = 8
 
 
@@ -65,13 +66,14 @@ class KeyCoverage:
         )
 
     def line(self, step: int) -> str:
-        text = f"{LINE_PREFIX} {len(self.restored)}/{self.total} keys step={int(step)}"
-        if self.allowed_missing or self.allowed_unexpected:
-            text += (
-                f" allowed-missing={len(self.allowed_missing)}"
-                f" allowed-unexpected={len(self.allowed_unexpected)}"
-            )
-        return text
+        """The line ``ckptctl watch`` reads (its format: ``ckptctl.core.watch.restored``)."""
+        return format_restored(
+            len(self.restored),
+            self.total,
+            step,
+            allowed_missing=len(self.allowed_missing),
+            allowed_unexpected=len(self.allowed_unexpected),
+        )
 
 
 def matches(key: str, patterns: Iterable[str]) -> bool:

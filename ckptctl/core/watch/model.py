@@ -85,9 +85,12 @@ UNREAD_INPUT = "unread-input"
 header): no ``continuous`` verdict passes over it; such a verdict becomes ``insufficient-data``."""
 EARLIER_DATA_POSITION_MISMATCH = "earlier-data-position-mismatch"
 """An earlier resume in the log did not continue the data position (the resume judged did)."""
+PARTIAL_RESTORE = "partial-restore"
+"""A resume restored fewer keys than the checkpoint and the live state hold (``ckptctl: restored:
+N/M keys``, N < M): a load with an allowance; what it left out started over (``restored``)."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT,
+    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, PARTIAL_RESTORE,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.
