@@ -17,7 +17,17 @@ ran.
   against the label's), and the out-of-reach faults apart. Targets: every fault in
   reach caught as ``data-stream-reset``, no false alarm.
 
-    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR] [--replay-corpus DIR]
+* ``tests/fixtures/losslogs_restore/`` (``bench/make_restore_fixtures.py``), "restore
+  faults": real resumes of examples/train.py made faulty on purpose (the optimizer
+  dropped by an allowance, the data loader reset, reset on the second resume only)
+  and clean ones. A fault is caught by a bad verdict (``data-position-mismatch``,
+  ``data-stream-reset``, a loss verdict, ...) or reported by the coverage line (the
+  ``partial-restore`` note: no verdict, an allowance is deliberate); a false alarm is
+  a clean resume with a bad verdict or a ``partial-restore`` note. Scored with the
+  default thresholds, then with ``--expect-identical`` (the trainer is deterministic
+  on the same ranks). Targets: every fault caught or reported, no false alarm.
+
+    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR] [--replay-corpus DIR] [--restore-corpus DIR]
 """
 
 from __future__ import annotations
@@ -30,26 +40,30 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ckptctl.core.watch.model import PARTIAL_RESTORE, WatchConfig, verdict_class
 from ckptctl.errors import CkptctlError
 from ckptctl.ops.watch import WatchResult, watch_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 CORPUS = FIXTURES / "losslogs_realistic"
 REPLAY_CORPUS = FIXTURES / "losslogs_replay"
+RESTORE_CORPUS = FIXTURES / "losslogs_restore"
 MISSED = ("continuous", "insufficient-data")
 
 
-def _read(corpus: Path, labels: dict[str, Any], verbose: bool) -> tuple[dict[str, WatchResult], list[str], float]:
+def _read(
+    corpus: Path, labels: dict[str, Any], verbose: bool, config: WatchConfig | None = None
+) -> tuple[dict[str, WatchResult], list[str], float]:
     results: dict[str, WatchResult] = {}
     unread: list[str] = []
     t0 = time.perf_counter()
     for name in sorted(labels):
         try:
-            results[name] = watch_log(str(corpus / name))
+            results[name] = watch_log(str(corpus / name), config=config)
         except CkptctlError as e:
             unread.append(name)
             if verbose:
-                print(f"  {name:40s} {labels[name]['verdict']:16s} UNREAD: {e.message}")
+                print(f"  {name:40s} {labels[name].get('verdict', labels[name].get('fault'))!s:16s} UNREAD: {e.message}")
     return results, unread, time.perf_counter() - t0
 
 
@@ -133,16 +147,70 @@ def score_replay(corpus: Path, verbose: bool) -> bool:
     return ok
 
 
+def _caught_by(result: WatchResult) -> list[str]:
+    """What said the resume was wrong: a bad verdict, the coverage line's partial-restore note."""
+    out = [result.verdict] if verdict_class(result.verdict) == "bad" else []
+    if PARTIAL_RESTORE in result.report.note_codes:
+        out.append("coverage")
+    return out
+
+
+def score_restore(corpus: Path, verbose: bool) -> bool:
+    labels = json.loads((corpus / "labels.json").read_text())
+    ok = True
+    for title, config in (("default thresholds", None), ("--expect-identical", WatchConfig(expect_identical=True))):
+        results, unread, elapsed = _read(corpus, labels, verbose, config)
+        clean = [n for n, v in labels.items() if v["fault"] is None]
+        faults = [n for n in labels if n not in clean]
+        by: dict[str, list[str]] = {n: _caught_by(r) for n, r in results.items()}
+        false_alarms = [n for n in clean if by.get(n)]
+        by_verdict = [n for n in faults if n in by and any(c != "coverage" for c in by[n])]
+        by_coverage_only = [n for n in faults if n in by and by[n] == ["coverage"]]
+        missed = [n for n in faults if n not in by or not by[n]]
+        print(f"restore faults ({title}): {len(labels)} logs ({len(clean)} clean resumes, {len(faults)} faulty) "
+              f"in {corpus.name}/, read in {elapsed:.2f} s")  # fmt: skip
+        for name in sorted(labels) if verbose else ():
+            if name in results:
+                r = results[name]
+                replay = (r.report.checks.get("replay") or {}).get("status", "-")
+                want = labels[name]["fault"] or "clean"
+                print(f"  {name:36s} label {want:26s} verdict {r.verdict:24s} replay {replay:12s} "
+                      f"caught by {','.join(by[name]) or '-'}")  # fmt: skip
+        print(f"logs read:                     {len(labels) - len(unread)}/{len(labels)}")
+        print(f"false alarms on clean resumes: {len(false_alarms)}/{len(clean)}"
+              + (f"  ({', '.join(false_alarms)})" if false_alarms else ""))  # fmt: skip
+        print(f"faults caught by a bad verdict: {len(by_verdict)}/{len(faults)}")
+        print(f"faults reported by the coverage line only (partial-restore note, no verdict): "
+              f"{len(by_coverage_only)}/{len(faults)}" + (f"  ({', '.join(by_coverage_only)})" if by_coverage_only else ""))  # fmt: skip
+        print(f"faults missed:                 {len(missed)}/{len(faults)}" + (f"  ({', '.join(missed)})" if missed else ""))
+        kinds = sorted({str(labels[n]["fault"]) for n in faults})
+        for kind in kinds:
+            names = [n for n in faults if labels[n]["fault"] == kind]
+            how = Counter(",".join(by.get(n, [])) or "missed" for n in names)
+            print(f"  {kind:26s} {len(names)}: " + ", ".join(f"{k} {v}" for k, v in sorted(how.items())))
+        met = not unread and not false_alarms and not missed
+        print(f"targets (all read, 0 false alarms, every fault caught or reported): {'met' if met else 'NOT met'}")
+        ok = ok and met
+        print()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per log")
     ap.add_argument("--corpus", default=str(CORPUS), help="a corpus labelled like losslogs_realistic/")
     ap.add_argument("--replay-corpus", default=str(REPLAY_CORPUS), help="a corpus labelled like losslogs_replay/")
+    ap.add_argument("--restore-corpus", default=str(RESTORE_CORPUS), help="a corpus labelled like losslogs_restore/")
+    ap.add_argument("--only-restore", action="store_true", help="score the restore-fault corpus only")
     args = ap.parse_args()
-    score_realistic(Path(args.corpus), args.verbose)
-    if Path(args.replay_corpus).is_dir():
+    if not args.only_restore:
+        score_realistic(Path(args.corpus), args.verbose)
+        if Path(args.replay_corpus).is_dir():
+            print()
+            score_replay(Path(args.replay_corpus), args.verbose)
         print()
-        score_replay(Path(args.replay_corpus), args.verbose)
+    if (Path(args.restore_corpus) / "labels.json").is_file():
+        score_restore(Path(args.restore_corpus), args.verbose)
     return 0
 
 
