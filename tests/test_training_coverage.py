@@ -152,6 +152,7 @@ def test_the_named_allowances_let_the_intended_differences_through(
         len(result.allowed_missing),
         len(result.allowed_unexpected),
     )
+    assert read.groups == ("data", "model", "optimizer")
 
 
 def test_an_allowance_that_does_not_cover_every_difference_still_fails(tmp_path: Path) -> None:

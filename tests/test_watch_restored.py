@@ -12,7 +12,7 @@ import pytest
 from ckptctl.core.recover.decisions import classify_verdict
 from ckptctl.core.watch.losslog import LossLogParser
 from ckptctl.core.watch.model import NOTE_CODES, PARTIAL_RESTORE, WatchReport
-from ckptctl.core.watch.restored import format_restored, parse_restored
+from ckptctl.core.watch.restored import allowed_groups, format_restored, parse_restored
 from ckptctl.core.watch.session import WatchSession
 from ckptctl.ops.watch import watch_lines
 
@@ -60,6 +60,23 @@ def test_the_formatter_writes_what_the_reader_reads() -> None:
     assert c is not None and c.allowance_named and not c.complete
 
 
+def test_the_allowed_groups_are_named_and_read_back() -> None:
+    keys = ["optimizer.state.fc.weight.exp_avg", "optimizer.param_groups.lr", "dataloader.epoch"]
+    assert allowed_groups(keys) == ("dataloader", "optimizer")
+    line = format_restored(7, 10, 3, allowed_unexpected=3, groups=allowed_groups(keys))
+    assert line == "ckptctl: restored: 7/10 keys step=3 allowed-missing=0 allowed-unexpected=3 allowed=dataloader,optimizer"
+    c = parse_restored(line, 1)
+    assert c is not None and c.groups == ("dataloader", "optimizer")
+    # a name the line cannot carry (a space, a comma, '='), and more groups than it shows
+    assert allowed_groups(["my model.w", "a,b.c", "x=y"]) == ("?",)
+    many = allowed_groups([f"g{i:02d}.w" for i in range(12)])
+    assert len(many) == 9 and many[-1] == "..." and many[0] == "g00"
+    c = parse_restored(format_restored(1, 13, 3, allowed_missing=12, groups=many), 1)
+    assert c is not None and c.groups == many and c.allowance_named
+    # a full restore names no groups, whatever is passed
+    assert format_restored(5, 5, 1, groups=("model",)) == "ckptctl: restored: 5/5 keys step=1"
+
+
 def test_the_reader_takes_the_line_for_a_restore_line_naming_its_step() -> None:
     events = LossLogParser().feed("WARNING:ckptctl.training:" + format_restored(5, 5, 40))
     assert len(events) == 1
@@ -99,7 +116,7 @@ def judge(lines: list[str]) -> WatchReport:
 
 
 FULL = format_restored(412, 412, 40)
-PARTIAL = format_restored(410, 412, 40, allowed_missing=0, allowed_unexpected=2)
+PARTIAL = format_restored(410, 412, 40, allowed_missing=0, allowed_unexpected=2, groups=("optimizer",))
 
 
 def test_a_full_restore_is_said_so() -> None:
@@ -119,7 +136,8 @@ def test_a_partial_restore_by_allowance_is_reported_not_failed() -> None:
     assert rc["complete"] is False and rc["allowance_named"] is True
     assert (rc["restored"], rc["total"], rc["allowed_unexpected"]) == (410, 412, 2)
     note = next(n for n in r.notes if "restored 410/412 keys" in n)
-    assert "allowance" in note and "2 allowed unexpected" in note
+    assert "allowance" in note and "2 allowed unexpected (saved, not restored) in optimizer" in note
+    assert rc["allowed_groups"] == ["optimizer"]
 
 
 def test_a_partial_line_without_an_allowance_says_it_is_not_ckptctls() -> None:

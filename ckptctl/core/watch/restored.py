@@ -4,13 +4,15 @@ Pure, stdlib only. Every successful load of ``ckptctl.training`` logs, on rank 0
 line with the prefix of its other messages (``ckptctl: ``)::
 
     ckptctl: restored: <N>/<M> keys step=<S>
-    ckptctl: restored: <N>/<M> keys step=<S> allowed-missing=<A> allowed-unexpected=<U>
+    ckptctl: restored: <N>/<M> keys step=<S> allowed-missing=<A> allowed-unexpected=<U> allowed=<G>,...
 
 ``N``: keys read from the checkpoint into the live state; ``M``: every key either side
 holds; ``S``: the step restored. A load that would leave a key out raises
 (``LoadCoverageError``) unless the trainer named the key in an allowance, so a line with
 N < M names the allowances (``A``: expected by the live state, not in the checkpoint,
-left as freshly built; ``U``: in the checkpoint, restored into nothing) and N + A + U = M.
+left as freshly built; ``U``: in the checkpoint, restored into nothing) and N + A + U = M;
+``allowed``: the top-level entries of the state those keys belong to (``optimizer``,
+``model``, ``dataloader``: the names the trainer gave them), comma-separated.
 Keys are ``key=value`` words after ``keys``, in any order; unknown keys are ignored (keys
 are added, never renamed). Anything before ``ckptctl:`` (a logging prefix, a timestamp,
 torchrun's rank tag) is allowed.
@@ -34,6 +36,7 @@ partial give the same note.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,13 +51,33 @@ _FIELD_RE = re.compile(r"([a-z_-]+)=(\S+)")
 _INT_RE = re.compile(r"\d{1,18}")
 
 
+_GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_GROUPS = 8
+
+
+def allowed_groups(keys: Iterable[str]) -> tuple[str, ...]:
+    """The top-level entries of dotted keys, sorted, each as the line can carry it (a name it
+    cannot becomes ``?``), at most ``MAX_GROUPS`` and ``...`` for the rest."""
+    groups = sorted({k.split(".", 1)[0] if _GROUP_RE.fullmatch(k.split(".", 1)[0]) else "?" for k in keys})
+    return (*groups[:MAX_GROUPS], "...") if len(groups) > MAX_GROUPS else tuple(groups)
+
+
 def format_restored(
-    restored: int, total: int, step: int, *, allowed_missing: int = 0, allowed_unexpected: int = 0
+    restored: int,
+    total: int,
+    step: int,
+    *,
+    allowed_missing: int = 0,
+    allowed_unexpected: int = 0,
+    groups: Sequence[str] = (),
 ) -> str:
-    """The line ``watch`` reads (for the training library to log, exactly this)."""
+    """The line ``watch`` reads (for the training library to log, exactly this); ``groups``:
+    ``allowed_groups`` of the allowed keys."""
     text = f"{PREFIX} {int(restored)}/{int(total)} keys step={int(step)}"
     if allowed_missing or allowed_unexpected:
         text += f" allowed-missing={int(allowed_missing)} allowed-unexpected={int(allowed_unexpected)}"
+        if groups:
+            text += " allowed=" + ",".join(groups)
     return text
 
 
@@ -67,6 +90,8 @@ class Restored:
     step: int | None
     allowed_missing: int | None
     allowed_unexpected: int | None
+    groups: tuple[str, ...]
+    """The top-level entries the allowed keys belong to (``allowed=``), when the line names them."""
     line_no: int
     source: str
     """``"log"`` or ``"baseline"``."""
@@ -92,6 +117,7 @@ class Restored:
             "step": self.step,
             "allowed_missing": self.allowed_missing,
             "allowed_unexpected": self.allowed_unexpected,
+            "allowed_groups": list(self.groups),
             "complete": self.complete,
             "line": self.line_no,
             "source": self.source,
@@ -114,12 +140,15 @@ def parse_restored(text: str, line_no: int, source: str = "log") -> Restored | N
     restored, total = int(m.group(1)), int(m.group(2))
     if restored > total:
         return None
+    named = fields.get("allowed", "")
+    groups = tuple(g for g in named.split(",") if g in ("...", "?") or _GROUP_RE.fullmatch(g))[: MAX_GROUPS + 1]
     return Restored(
         restored=restored,
         total=total,
         step=integer("step"),
         allowed_missing=integer("allowed-missing"),
         allowed_unexpected=integer("allowed-unexpected"),
+        groups=groups,
         line_no=line_no,
         source=source,
     )
@@ -145,10 +174,11 @@ def _partial(c: Restored, earlier: bool) -> str:
     who = "an earlier resume" if earlier else "the resumed run"
     step = f" from the checkpoint of step {c.step}" if c.step is not None else ""
     if c.allowance_named:
+        where = f" in {', '.join(c.groups)}" if c.groups else ""
         return (
             f"{who} {c.describe()}{step} ({_where(c)}): {c.allowed_missing} allowed missing (left as freshly "
-            f"built), {c.allowed_unexpected} allowed unexpected (saved, not restored); a partial restore by "
-            "the trainer's allowance: what it left out starts over (an optimizer's moments, a data loader)"
+            f"built), {c.allowed_unexpected} allowed unexpected (saved, not restored){where}; a partial restore "
+            "by the trainer's allowance: what it left out starts over (an optimizer's moments, a data loader)"
         )
     return (
         f"{who} {c.describe()}{step} ({_where(c)}) and the line names no allowance that accounts for "
