@@ -43,6 +43,7 @@ def test_each_log_is_judged_as_its_construction(name: str) -> None:
         # the optimizer left out by an allowance: reported by the coverage line, not a verdict
         assert PARTIAL_RESTORE in r.report.note_codes
         assert cov["complete"] is False and cov["allowance_named"] is True and cov["allowed_unexpected"] > 0
+        assert cov["allowed_groups"] == ["optimizer"]
         assert r.report.checks["data_position"]["ok"] is True
 
 
