@@ -30,7 +30,17 @@ on the correct resumes, what the replay check said (``checks.replay.status``
 against the label's), and the out-of-reach faults apart. Targets: every fault in
 reach caught as ``data-stream-reset``, no false alarm.
 
-    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR ...] [--no-hints] [--replay-corpus DIR]
+The restore-fault corpus, ``tests/fixtures/losslogs_restore/`` (``bench/make_restore_fixtures.py``), "restore
+faults": real resumes of examples/train.py made faulty on purpose (the optimizer
+  dropped by an allowance, the data loader reset, reset on the second resume only)
+  and clean ones. A fault is caught by a bad verdict (``data-position-mismatch``,
+  ``data-stream-reset``, a loss verdict, ...) or reported by the coverage line (the
+  ``partial-restore`` note: no verdict, an allowance is deliberate); a false alarm is
+  a clean resume with a bad verdict or a ``partial-restore`` note. Scored with the
+  default thresholds, then with ``--expect-identical`` (the trainer is deterministic
+  on the same ranks). Targets: every fault caught or reported, no false alarm.
+
+    .venv/bin/python bench/watch_accuracy.py [-v] [--corpus DIR ...] [--no-hints] [--replay-corpus DIR] [--restore-corpus DIR] [--only-restore]
 """
 
 from __future__ import annotations
@@ -44,13 +54,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptctl.core.watch.model import NOTE_CODES, PROBLEMS
+from ckptctl.core.watch.model import (
+    NOTE_CODES,
+    PARTIAL_RESTORE,
+    PROBLEMS,
+    WatchConfig,
+    verdict_class,
+)
 from ckptctl.errors import CkptctlError
-from ckptctl.ops.watch import WatchResult, watch_log
+from ckptctl.ops.watch import WatchResult, watch_lines, watch_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 CORPORA = (FIXTURES / "losslogs_realistic", FIXTURES / "losslogs_holdout")
 REPLAY_CORPUS = FIXTURES / "losslogs_replay"
+RESTORE_CORPUS = FIXTURES / "losslogs_restore"
 MISSED = ("continuous", "insufficient-data")
 NO_RESUME = "no-resume"
 """A label for a log with no resume in it (a negative control): any verdict but a problem is right."""
@@ -176,17 +193,19 @@ def score(corpus: Path, *, hints: bool, verbose: bool) -> bool:
     return ok
 
 
-def _read(corpus: Path, labels: dict[str, Any], verbose: bool) -> tuple[dict[str, WatchResult], list[str], float]:
+def _read(
+    corpus: Path, labels: dict[str, Any], verbose: bool, config: WatchConfig | None = None
+) -> tuple[dict[str, WatchResult], list[str], float]:
     results: dict[str, WatchResult] = {}
     unread: list[str] = []
     t0 = time.perf_counter()
     for name in sorted(labels):
         try:
-            results[name] = watch_log(str(corpus / name))
+            results[name] = watch_log(str(corpus / name), config=config)
         except CkptctlError as e:
             unread.append(name)
             if verbose:
-                print(f"  {name:40s} {labels[name]['verdict']:16s} UNREAD: {e.message}")
+                print(f"  {name:40s} {labels[name].get('verdict', labels[name].get('fault'))!s:16s} UNREAD: {e.message}")
     return results, unread, time.perf_counter() - t0
 
 
@@ -230,22 +249,105 @@ def score_replay(corpus: Path, verbose: bool) -> bool:
     return ok
 
 
+def _caught_by(result: WatchResult) -> list[str]:
+    """What said the resume was wrong: every bad finding (the verdict first), the coverage line's
+    partial-restore note."""
+    out = [result.verdict] if verdict_class(result.verdict) == "bad" else []
+    out += [f.verdict for f in result.report.findings if f.verdict not in out and verdict_class(f.verdict) == "bad"]
+    if PARTIAL_RESTORE in result.report.note_codes:
+        out.append("coverage")
+    return out
+
+
+#: ckptctl.training's own lines (the coverage and data-position lines): left out, the log is
+#: any trainer's, judged on its losses alone.
+TRAINING_LINES = ("ckptctl: restored:", "ckptctl: data position ")
+
+
+def _read_without_training_lines(
+    corpus: Path, labels: dict[str, Any]
+) -> tuple[dict[str, WatchResult], list[str], float]:
+    results: dict[str, WatchResult] = {}
+    t0 = time.perf_counter()
+    for name in sorted(labels):
+        lines = [ln for ln in (corpus / name).read_text().splitlines() if not any(t in ln for t in TRAINING_LINES)]
+        results[name] = watch_lines(lines, stop_when_decided=False, source=name)
+    return results, [], time.perf_counter() - t0
+
+
+def score_restore(corpus: Path, verbose: bool) -> bool:
+    labels = json.loads((corpus / "labels.json").read_text())
+    ok = True
+    passes = (
+        ("default thresholds", WatchConfig()),
+        ("--expect-identical", WatchConfig(expect_identical=True)),
+        ("losses alone: ckptctl.training's lines removed, default thresholds", None),
+    )
+    for title, config in passes:
+        if config is None:
+            results, unread, elapsed = _read_without_training_lines(corpus, labels)
+        else:
+            results, unread, elapsed = _read(corpus, labels, verbose, config)
+        clean = [n for n, v in labels.items() if v["fault"] is None]
+        faults = [n for n in labels if n not in clean]
+        by: dict[str, list[str]] = {n: _caught_by(r) for n, r in results.items()}
+        false_alarms = [n for n in clean if by.get(n)]
+        by_verdict = [n for n in faults if n in by and any(c != "coverage" for c in by[n])]
+        by_coverage_only = [n for n in faults if n in by and by[n] == ["coverage"]]
+        missed = [n for n in faults if n not in by or not by[n]]
+        print(f"restore faults ({title}): {len(labels)} logs ({len(clean)} clean resumes, {len(faults)} faulty) "
+              f"in {corpus.name}/, read in {elapsed:.2f} s")  # fmt: skip
+        for name in sorted(labels) if verbose else ():
+            if name in results:
+                r = results[name]
+                replay = (r.report.checks.get("replay") or {}).get("status", "-")
+                want = labels[name]["fault"] or "clean"
+                print(f"  {name:36s} label {want:26s} verdict {r.verdict:24s} replay {replay:12s} "
+                      f"caught by {','.join(by[name]) or '-'}")  # fmt: skip
+        print(f"logs read:                     {len(labels) - len(unread)}/{len(labels)}")
+        print(f"false alarms on clean resumes: {len(false_alarms)}/{len(clean)}"
+              + (f"  ({', '.join(false_alarms)})" if false_alarms else ""))  # fmt: skip
+        print(f"faults caught by a bad verdict: {len(by_verdict)}/{len(faults)}")
+        print(f"faults reported by the coverage line only (partial-restore note, no verdict): "
+              f"{len(by_coverage_only)}/{len(faults)}" + (f"  ({', '.join(by_coverage_only)})" if by_coverage_only else ""))  # fmt: skip
+        print(f"faults missed:                 {len(missed)}/{len(faults)}" + (f"  ({', '.join(missed)})" if missed else ""))
+        kinds = sorted({str(labels[n]["fault"]) for n in faults})
+        for kind in kinds:
+            names = [n for n in faults if labels[n]["fault"] == kind]
+            how = Counter(",".join(by.get(n, [])) or "missed" for n in names)
+            print(f"  {kind:26s} {len(names)}: " + ", ".join(f"{k} {v}" for k, v in sorted(how.items())))
+        met = not unread and not false_alarms and not missed
+        if config is not None:
+            print(f"targets (all read, 0 false alarms, every fault caught or reported): {'met' if met else 'NOT met'}")
+            ok = ok and met
+        else:
+            print("(no target: what the loss-based checks catch with no help from the training library)")
+        print()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per log, and the confusion table")
     ap.add_argument("--corpus", action="append", metavar="DIR", help="a labelled folder (repeatable); default: the project's two")
     ap.add_argument("--replay-corpus", default=str(REPLAY_CORPUS), help="a corpus labelled like losslogs_replay/")
     ap.add_argument("--no-hints", action="store_true", help="never pass a labelled resume_step as --resume-step")
+    ap.add_argument("--restore-corpus", default=str(RESTORE_CORPUS), help="a corpus labelled like losslogs_restore/")
+    ap.add_argument("--only-restore", action="store_true", help="score the restore-fault corpus only")
     args = ap.parse_args()
-    corpora = [Path(c) for c in args.corpus] if args.corpus else list(CORPORA)
-    for corpus in corpora:
-        if not (corpus / "labels.json").exists() and not (corpus / "labels.yaml").exists():
-            ap.error(f"{corpus}: no labels.json or labels.yaml")
-    for corpus in corpora:
-        score(corpus, hints=not args.no_hints, verbose=args.verbose)
-    if Path(args.replay_corpus).is_dir():
+    if not args.only_restore:
+        corpora = [Path(c) for c in args.corpus] if args.corpus else list(CORPORA)
+        for corpus in corpora:
+            if not (corpus / "labels.json").exists() and not (corpus / "labels.yaml").exists():
+                ap.error(f"{corpus}: no labels.json or labels.yaml")
+        for corpus in corpora:
+            score(corpus, hints=not args.no_hints, verbose=args.verbose)
+        if Path(args.replay_corpus).is_dir():
+            print()
+            score_replay(Path(args.replay_corpus), args.verbose)
         print()
-        score_replay(Path(args.replay_corpus), args.verbose)
+    if (Path(args.restore_corpus) / "labels.json").is_file():
+        score_restore(Path(args.restore_corpus), args.verbose)
     return 0
 
 

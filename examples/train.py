@@ -35,6 +35,11 @@ Fault injection (for tests and drills):
   --reset-data-on-resume        after a resume, start the data loader over (epoch 0, first
                                 batch): a loader recreated after the restore, so the data
                                 position is lost while everything else is restored
+  --drop-optimizer-on-resume    resume without the optimizer's state: the load leaves the
+                                optimizer out and names it in an allowance
+                                (allow_unexpected=("optimizer",)), so its moments and step
+                                count start over while everything else is restored (the
+                                load logs "ckptctl: restored: N/M keys ... allowed-unexpected=K")
 
 Determinism: one intra-op thread per process, data drawn from a per-sample
 generator, and augmentation that uses Python's ``random``, NumPy and torch's
@@ -188,6 +193,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="fault: after a resume, start the data loader over (the data position is lost)",
     )
+    p.add_argument(
+        "--drop-optimizer-on-resume",
+        action="store_true",
+        help="fault: resume without the optimizer's state, by allowance (its moments start over)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.save_every < 1:
         p.error("--steps and --save-every must be >= 1")
@@ -297,10 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     step = 0
     tokens_seen = 0
     if args.resume_from:
+        load_state: dict[str, Any] = state
+        allowed: tuple[str, ...] = ()
+        if args.drop_optimizer_on_resume:
+            # The fault on purpose, as a trainer that rebuilt its optimizer would load: the
+            # optimizer left out of the state and named in an allowance.
+            load_state = {k: v for k, v in state.items() if k != "optimizer"}
+            allowed = ("optimizer",)
         result = (
-            ckpt.load_latest(state)
+            ckpt.load_latest(load_state, allow_unexpected=allowed)
             if args.resume_from == "auto"
-            else ckpt.load(args.resume_from, state)
+            else ckpt.load(args.resume_from, load_state, allow_unexpected=allowed)
         )
         if result is not None:
             step = result.step

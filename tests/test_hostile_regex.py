@@ -54,6 +54,7 @@ MODULES = (
     "ckptctl.core.watch.logrecipe",
     "ckptctl.core.watch.logtables",
     "ckptctl.core.watch.axis",
+    "ckptctl.core.watch.restored",
     "ckptctl.core.recover.incidents",
     "ckptctl.core.classify.attribution",
     "ckptctl.core.classify.catalog",
@@ -154,7 +155,7 @@ PATTERN_GROUPS = {
     "watch": ["ckptctl.core.watch.logtokens", "ckptctl.core.watch.losslog", "ckptctl.core.watch.logevents", "ckptctl.core.watch.logcsv",
               "ckptctl.core.watch.resume", "ckptctl.core.watch.logkeys", "ckptctl.core.watch.logplan",
               "ckptctl.core.watch.logfast", "ckptctl.core.watch.logrecipe", "ckptctl.core.watch.logtables",
-              "ckptctl.core.watch.axis"],
+              "ckptctl.core.watch.axis", "ckptctl.core.watch.restored"],
     "classify": ["ckptctl.core.recover.incidents", "ckptctl.core.classify.attribution", "ckptctl.core.classify.catalog",
                  "ckptctl.core.classify.events", "ckptctl.core.classify.scan", "ckptctl.adapters.logs"],
 }  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from ckptctl.core.watch.restored import parse_restored
 from ckptctl.training import Checkpointer, LoadCoverageError, ResumableBatchSampler
 from ckptctl.training.coverage import LINE_PREFIX, compare, matches
 
@@ -143,6 +144,15 @@ def test_the_named_allowances_let_the_intended_differences_through(
     assert line.startswith(f"{LINE_PREFIX} {result.keys_restored}/{result.keys_total} keys step=5")
     assert f"allowed-missing={len(result.allowed_missing)}" in line
     assert result.keys_restored < result.keys_total
+    # what `ckptctl watch` reads from it: the same counts, the allowances accounting for the rest
+    read = parse_restored("WARNING:ckptctl.training:" + line, 1)
+    assert read is not None and read.allowance_named and not read.complete
+    assert (read.restored, read.total, read.step) == (result.keys_restored, result.keys_total, 5)
+    assert (read.allowed_missing, read.allowed_unexpected) == (
+        len(result.allowed_missing),
+        len(result.allowed_unexpected),
+    )
+    assert read.groups == ("data", "model", "optimizer")
 
 
 def test_an_allowance_that_does_not_cover_every_difference_still_fails(tmp_path: Path) -> None:

@@ -20,10 +20,11 @@ Per-rank entries and RNG states of other ranks are neither: each rank restores i
 Every successful load logs one line (WARNING, so a default logging setup shows it)::
 
     ckptctl: restored: 412/412 keys step=100
-    ckptctl: restored: 410/414 keys step=100 allowed-missing=2 allowed-unexpected=2
+    ckptctl: restored: 410/414 keys step=100 allowed-missing=2 allowed-unexpected=2 allowed=model,optimizer
 
 ``restored`` counts keys read from the checkpoint into the live state; the total is
-every key either side holds (this rank's view).
+every key either side holds (this rank's view); ``allowed``: the top-level entries of
+the state the allowed keys belong to.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from typing import Any
 
 from torch.distributed.checkpoint.metadata import Metadata
 
+from ckptctl.core.watch.restored import PREFIX, allowed_groups, format_restored
 from ckptctl.training.errors import LoadCoverageError
 
-LINE_PREFIX = "ckptctl: restored:"
+LINE_PREFIX = PREFIX
 _SHOWN = 8
 
 
@@ -65,13 +67,15 @@ class KeyCoverage:
         )
 
     def line(self, step: int) -> str:
-        text = f"{LINE_PREFIX} {len(self.restored)}/{self.total} keys step={int(step)}"
-        if self.allowed_missing or self.allowed_unexpected:
-            text += (
-                f" allowed-missing={len(self.allowed_missing)}"
-                f" allowed-unexpected={len(self.allowed_unexpected)}"
-            )
-        return text
+        """The line ``ckptctl watch`` reads (its format: ``ckptctl.core.watch.restored``)."""
+        return format_restored(
+            len(self.restored),
+            self.total,
+            step,
+            allowed_missing=len(self.allowed_missing),
+            allowed_unexpected=len(self.allowed_unexpected),
+            groups=allowed_groups((*self.allowed_missing, *self.allowed_unexpected)),
+        )
 
 
 def matches(key: str, patterns: Iterable[str]) -> bool:

@@ -23,7 +23,9 @@ How a log is read
    or a progress bar redrawing), after a resume marker line, at the start of the
    log when the baseline is a separate file, or after a forward jump larger than
    the gap tolerance (a resume whose pre-failure log lost its tail to buffered
-   output looks like this, as does a resume that skipped steps).
+   output looks like this, as does a resume that skipped steps). A restore line
+   read a few points late that names the step the current run resumed from is
+   that run's, not a new one (``resume.late_restore_line``).
 4. The resume is the last segment start in the log, except that with a known
    resume step R the last start that is consistent with R wins and every later
    restart is a repeat (replayed steps) inside the resumed run.

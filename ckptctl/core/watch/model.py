@@ -87,9 +87,12 @@ EARLIER_DATA_POSITION_MISMATCH = "earlier-data-position-mismatch"
 """An earlier resume in the log did not continue the data position (the resume judged did)."""
 WEIGHTS_ONLY = "weights-only-restore"
 """The trainer says it restored the model weights but not the optimizer (or scheduler) state."""
+PARTIAL_RESTORE = "partial-restore"
+"""A resume restored fewer keys than the checkpoint and the live state hold (``ckptctl: restored:
+N/M keys``, N < M): a load with an allowance; what it left out started over (``restored``)."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, WEIGHTS_ONLY,
+    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, WEIGHTS_ONLY, PARTIAL_RESTORE,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.

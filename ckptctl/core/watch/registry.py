@@ -33,6 +33,7 @@ from ckptctl.core.watch.model import (
     GRAD_NORM_SHIFT,
     LOSS_SCALE_RESTART,
     NAN,
+    PARTIAL_RESTORE,
     REPLAYED,
     SCHEDULE_RESET,
     SELF_BASELINE,
@@ -45,6 +46,7 @@ from ckptctl.core.watch.model import (
     fmt_num,
 )
 from ckptctl.core.watch.replay import check_replay
+from ckptctl.core.watch.restored import check_restore_coverage
 from ckptctl.core.watch.resume import (
     check_jump_across_restart,
     check_marker_steps,
@@ -176,6 +178,7 @@ CHECKS: tuple[Check, ...] = (
         verdicts=(DATA_POSITION_MISMATCH,),
         note_codes=(EARLIER_DATA_POSITION_MISMATCH,),
     ),
+    Check("restore_coverage", check_restore_coverage, note_codes=(PARTIAL_RESTORE,)),
 )
 
 

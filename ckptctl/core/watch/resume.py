@@ -164,6 +164,8 @@ def segment(
         else:
             prev = current[-1]
             new_reason: str | None = None
+            if pending_marker is not None and late_restore_line(pending_marker, current, reason, marker, p, gap_tolerance):
+                marker, pending_marker = marker or pending_marker, None
             if pending_marker is not None:
                 new_reason = "start-up-lines" if pending_marker.kind == "restart" else "log-marker"
             elif p.source != prev.source:
@@ -184,6 +186,33 @@ def segment(
     if current:
         segments.append(Segment(tuple(current), reason, marker, source))
     return segments
+
+
+#: A late restore line is read at most this many points into the run it belongs to.
+_LATE_MARKER_POINTS = 32
+
+
+def late_restore_line(
+    m: ResumeMarker,
+    current: Sequence[TracePoint],
+    reason: str,
+    marker: ResumeMarker | None,
+    p: TracePoint,
+    gap_tolerance: float,
+) -> bool:
+    """A restore line read a few points into the resumed run it belongs to (a trainer's stderr
+    read after its stdout: two pipes, or a launcher that forwards them apart): it names the
+    step the current run resumed from (its own restore line's, else the step just before its
+    first), and the counter goes on forward without a gap. The same resume, not a new one."""
+    if m.kind != "restore" or m.step is None or reason == "start" or not current:
+        return False
+    if len(current) > _LATE_MARKER_POINTS or p.source != current[-1].source:
+        return False
+    if not 0 < p.step - current[-1].step <= gap_tolerance:
+        return False
+    if marker is not None and marker.step is not None:
+        return marker.step == m.step
+    return 0 < current[0].step - m.step <= gap_tolerance
 
 
 def wall_time_per_step(points: Sequence[TracePoint], gap_tolerance: float) -> float | None:
