@@ -324,3 +324,28 @@ def test_fresh_real_resumes_clean_and_with_the_data_loader_reset(tmp_path: Path)
     assert clean.report.checks["replay"]["num_compared"] == 20
     assert reset.verdict == DATA_STREAM_RESET, reset.report.explanation
     assert not math.isnan(reset.report.checks["replay"]["correlation"])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loader_that_restarts_by_design_is_a_note_not_a_reset(seed: int) -> None:
+    """``data_may_restart``: the run says its loader starts over; other batches are expected."""
+    from ckptctl.core.watch.model import DATA_RESTARTED, verdict_class
+
+    r = judge(log(rerun="other", seed=seed), data_may_restart=True)
+    assert verdict_class(r.verdict) != "bad" and DATA_RESTARTED in r.note_codes
+    assert r.checks["replay"]["status"] == "unrelated"
+    assert not any(f.verdict == DATA_STREAM_RESET for f in r.findings)
+    # the allowance forgives the data only: a spike on top is still a spike
+    spiked = judge(log(rerun="other", seed=seed, shift=1.0), data_may_restart=True)
+    assert verdict_class(spiked.verdict) == "bad"
+
+
+def test_the_allowance_is_a_config_key_recover_reads() -> None:
+    from ckptctl.adapters.config_file import parse_config_yaml
+    from ckptctl.errors import ConfigError
+    from ckptctl.ops.watch import make_config
+
+    config = parse_config_yaml("recover:\n  watch:\n    data_may_restart: true\n")
+    assert make_config(**config.recover.watch).data_may_restart is True
+    with pytest.raises(ConfigError, match="data_may_restart"):
+        parse_config_yaml("recover:\n  watch:\n    data_may_restart: maybe\n")

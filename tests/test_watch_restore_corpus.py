@@ -57,3 +57,12 @@ def test_a_dropped_optimizer_is_diverged_when_the_run_is_declared_deterministic(
 def test_a_clean_resume_is_not_diverged_when_declared_deterministic(name: str) -> None:
     r = watch_log(str(CORPUS / name), config=WatchConfig(expect_identical=True))
     assert r.verdict == "continuous"
+
+
+@pytest.mark.parametrize("name", [n for n in PRESENT if str(LABELS[n]["fault"]).startswith("data-reset")])
+def test_a_data_reset_declared_by_design_is_a_note(name: str) -> None:
+    """``data_may_restart`` (a loader that is not resumable by design): the reset is reported, not bad."""
+    from ckptctl.core.watch.model import DATA_RESTARTED
+
+    r = watch_log(str(CORPUS / name), config=WatchConfig(data_may_restart=True))
+    assert verdict_class(r.verdict) != "bad" and DATA_RESTARTED in r.report.note_codes

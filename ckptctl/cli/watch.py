@@ -158,6 +158,15 @@ ExpectIdenticalOpt = Annotated[
     ),
 ]
 
+DataMayRestartOpt = Annotated[
+    bool,
+    typer.Option(
+        "--data-may-restart",
+        help="The data loader is not resumable by design (it starts its epoch over on a resume): "
+        "other batches at the re-run steps are a note, not data-stream-reset / data-position-mismatch.",
+    ),
+]
+
 # WatchConfig's defaults, spelled out so that building the CLI does not import the
 # watch core; tests/test_watch_cli.py checks they agree.
 _DEFAULTS = SimpleNamespace(
@@ -184,6 +193,7 @@ def watch(
     min_rel_tol: MinRelTolOpt = _DEFAULTS.min_rel_tol,
     persistence: PersistenceOpt = _DEFAULTS.persistence,
     expect_identical: ExpectIdenticalOpt = False,
+    data_may_restart: DataMayRestartOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps,
@@ -215,6 +225,7 @@ def watch(
         min_baseline_points=min(_DEFAULTS.min_baseline_points, window),
         local_points=min(_DEFAULTS.local_points, window),
         expect_identical=expect_identical,
+        data_may_restart=data_may_restart,
     )
     if follow and not json_output:
         out.info(

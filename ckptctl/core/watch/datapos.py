@@ -37,6 +37,7 @@ from ckptctl.core.watch.context import CheckContext, CheckResult, DataPosition
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line
 from ckptctl.core.watch.model import (
     DATA_POSITION_MISMATCH,
+    DATA_RESTARTED,
     EARLIER_DATA_POSITION_MISMATCH,
     Finding,
 )
@@ -171,17 +172,16 @@ def check_data_position(ctx: CheckContext) -> CheckResult:
     res.checks["data_position"] = stats
     if bad:
         f, r = bad[0]
-        res.findings.append(
-            Finding(
-                verdict=DATA_POSITION_MISMATCH,
-                message=f"the resumed run's first batch is at {f.describe()} ({_where(f)})"
-                + (f" on rank {f.rank}" if f.rank is not None else "")
-                + f", but the checkpoint of step {r.step} recorded {r.describe()} ({_where(r)}): the data "
-                "loader did not continue from the checkpoint",
-                step=f.step,
-                line_no=f.line_no,
-            )
+        message = (
+            f"the resumed run's first batch is at {f.describe()} ({_where(f)})"
+            + (f" on rank {f.rank}" if f.rank is not None else "")
+            + f", but the checkpoint of step {r.step} recorded {r.describe()} ({_where(r)}): the data "
+            "loader did not continue from the checkpoint"
         )
+        if ctx.cfg.data_may_restart:
+            res.notes.append((DATA_RESTARTED, message + " (expected: the run's loader starts over by design)"))
+        else:
+            res.findings.append(Finding(verdict=DATA_POSITION_MISMATCH, message=message, step=f.step, line_no=f.line_no))
     elif compared:
         f, r = compared[0]
         res.notes.append(

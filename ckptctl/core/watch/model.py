@@ -90,9 +90,12 @@ WEIGHTS_ONLY = "weights-only-restore"
 PARTIAL_RESTORE = "partial-restore"
 """A resume restored fewer keys than the checkpoint and the live state hold (``ckptctl: restored:
 N/M keys``, N < M): a load with an allowance; what it left out started over (``restored``)."""
+DATA_RESTARTED = "data-restarted-by-design"
+"""``data_may_restart``: the data loader started over on the resume (other batches at the re-run
+steps, or a first batch elsewhere than the checkpoint recorded), as the run says its loader does."""
 NOTE_CODES: tuple[str, ...] = (
     THROUGHPUT_REGRESSION, LOSS_SCALE_RESTART, GRAD_NORM_SHIFT, LOST_LOG_LINES, RELATIVE_COUNTER, SELF_BASELINE,
-    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, WEIGHTS_ONLY, PARTIAL_RESTORE,
+    EARLIER_DATA_POSITION_MISMATCH, UNREAD_INPUT, WEIGHTS_ONLY, PARTIAL_RESTORE, DATA_RESTARTED,
 )  # fmt: skip
 
 #: 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian standard deviation.
@@ -138,6 +141,11 @@ class WatchConfig:
     expect_identical: bool = False
     """The training is deterministic: any re-run step whose loss differs is ``diverged``
     (``--expect-identical``)."""
+    data_may_restart: bool = False
+    """The run's data loader is not resumable by design (it starts its epoch or stream over on a
+    resume): ``data-stream-reset`` and ``data-position-mismatch`` become the note
+    ``data-restarted-by-design`` (``--data-may-restart``; ``watch.data_may_restart``). Without
+    it, every mid-epoch resume of such a run is bad and ``recover`` would fall back in vain."""
     identical_rel_tol: float = 1e-6
     """Relative difference under which two logged losses count as identical (print rounding)."""
     min_judged_points: int = 3
@@ -222,6 +230,7 @@ class WatchConfig:
             "gap_tolerance_intervals": self.gap_tolerance_intervals,
             "min_rerun_points": self.min_rerun_points,
             "expect_identical": self.expect_identical,
+            "data_may_restart": self.data_may_restart,
             "min_judged_points": self.min_judged_points,
             "medium_judged_points": self.medium_judged_points,
             "self_baseline_rel_shift": self.self_baseline_rel_shift,

@@ -27,6 +27,7 @@ from ckptctl.core.watch.datapos import check_data_position
 from ckptctl.core.watch.judge import check_losses
 from ckptctl.core.watch.model import (
     DATA_POSITION_MISMATCH,
+    DATA_RESTARTED,
     DATA_STREAM_RESET,
     DIVERGED,
     EARLIER_DATA_POSITION_MISMATCH,
@@ -171,12 +172,12 @@ CHECKS: tuple[Check, ...] = (
     Check("schedule", _schedule, verdicts=(SCHEDULE_RESET,)),
     Check("throughput", _throughput, note_codes=(THROUGHPUT_REGRESSION,)),
     Check("loss_scale", _loss_scale_and_grad_norm, note_codes=(LOSS_SCALE_RESTART, GRAD_NORM_SHIFT)),
-    Check("replay", check_replay, verdicts=(DATA_STREAM_RESET,)),
+    Check("replay", check_replay, verdicts=(DATA_STREAM_RESET,), note_codes=(DATA_RESTARTED,)),
     Check(
         "data_position",
         check_data_position,
         verdicts=(DATA_POSITION_MISMATCH,),
-        note_codes=(EARLIER_DATA_POSITION_MISMATCH,),
+        note_codes=(EARLIER_DATA_POSITION_MISMATCH, DATA_RESTARTED),
     ),
     Check("restore_coverage", check_restore_coverage, note_codes=(PARTIAL_RESTORE,)),
 )

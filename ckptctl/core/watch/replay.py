@@ -52,6 +52,7 @@ from typing import Any
 
 from ckptctl.core.watch.context import CheckContext, CheckResult
 from ckptctl.core.watch.model import (
+    DATA_RESTARTED,
     DATA_STREAM_RESET,
     MAD_TO_SIGMA,
     Finding,
@@ -226,17 +227,18 @@ def check_replay(ctx: CheckContext) -> CheckResult:
     elif r < below and abs(median_diff) <= level_tol:
         stats["status"] = "unrelated"
         first = pairs[0][1]
-        res.findings.append(
-            Finding(
-                verdict=DATA_STREAM_RESET,
-                message=f"{what}: the same level (within {fmt_num(level_tol)}) but an unrelated per-step "
-                f"pattern (rank correlation {r:.2f} of the deviations from the trend; a faithful restore "
-                f"gives at least {below:.2f} on {n} steps): other batches - the data loader's position "
-                "was not restored",
-                step=first.step,
-                line_no=first.line_no,
-            )
+        message = (
+            f"{what}: the same level (within {fmt_num(level_tol)}) but an unrelated per-step "
+            f"pattern (rank correlation {r:.2f} of the deviations from the trend; a faithful restore "
+            f"gives at least {below:.2f} on {n} steps): other batches - the data loader's position "
+            "was not restored"
         )
+        if cfg.data_may_restart:
+            res.notes.append((DATA_RESTARTED, message + " (expected: the run's loader starts over by design)"))
+        else:
+            res.findings.append(
+                Finding(verdict=DATA_STREAM_RESET, message=message, step=first.step, line_no=first.line_no)
+            )
     elif r < below:
         stats["status"] = "level-differs"
     else:
