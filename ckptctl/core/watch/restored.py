@@ -47,7 +47,7 @@ from ckptctl.core.watch.model import PARTIAL_RESTORE
 PREFIX = "ckptctl: restored:"
 
 _LINE_RE = re.compile(r"ckptctl: restored: (\d{1,12})/(\d{1,12}) keys((?:\s+[a-z_-]+=\S+)*)\s*$")
-_FIELD_RE = re.compile(r"([a-z_-]+)=(\S+)")
+_FIELD_RE = re.compile(r"(?<![a-z_-])([a-z_-]{1,64})=(\S+)")  # (?<!): linear on long words
 _INT_RE = re.compile(r"\d{1,18}")
 
 
