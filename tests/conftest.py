@@ -7,6 +7,8 @@ source and the torch version; tests copy them and damage the copies.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -46,10 +48,28 @@ def _torch_version() -> str:
     return version("torch")
 
 
+@contextlib.contextmanager
+def cache_lock(dest: Path) -> Iterator[None]:
+    """Hold ``<dest>.lock`` (an flock): one test process (``pytest -n``: one worker) writes a
+    cache entry while the others wait, then find it DONE."""
+    GOLDEN_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(f"{dest}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _golden(world_size: int) -> Path:
     writer = TESTS / "dcp_writer.py"
     key = hashlib.sha256(writer.read_bytes() + _torch_version().encode()).hexdigest()[:12]
     dest = GOLDEN_CACHE / f"w{world_size}-{key}"
+    with cache_lock(dest):
+        return _write_golden(world_size, writer, dest)
+
+
+def _write_golden(world_size: int, writer: Path, dest: Path) -> Path:
     if (dest / "DONE").exists():
         return dest
     if dest.exists():

@@ -22,7 +22,7 @@ import pytest
 from ckptctl.core.verify.records import parse_directory
 from ckptctl.runroot.locate import find_latest_complete, list_checkpoints, verify_target
 from ckptctl.runroot.reports import CheckOptions, CheckpointReport
-from tests.conftest import GOLDEN_CACHE, REPO, TESTS, free_port
+from tests.conftest import GOLDEN_CACHE, REPO, TESTS, cache_lock, free_port
 from tests.damage import flip_bit, truncate
 from tests.test_verify import codes
 
@@ -38,6 +38,11 @@ def _written(kind: str) -> Path:
         pytest.skip(f"{pkg} is not installed (pip install -e '.[dev]')")
     key = hashlib.sha256((TESTS / "framework_writers.py").read_bytes() + versions.encode()).hexdigest()[:12]
     dest = GOLDEN_CACHE / f"fw-{kind}-{key}"
+    with cache_lock(dest):
+        return _write_framework(kind, dest)
+
+
+def _write_framework(kind: str, dest: Path) -> Path:
     if (dest / "DONE").exists():
         return dest
     if dest.exists():

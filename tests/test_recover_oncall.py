@@ -110,7 +110,10 @@ def test_a_dry_run_shows_the_batch_script_when_sinfo_cannot_answer(tmp_path: Pat
     doc = yaml.safe_load(s.config.read_text())
     doc["launch"]["backend"] = "slurm"
     s.config.write_text(yaml.safe_dump(doc))
-    env = _env(SLURM_CONF=str(tmp_path / "no-such-slurm.conf"))
+    # A config sinfo cannot use (an empty file fails at once; a missing one costs a minute of
+    # configless DNS lookups before the same failure).
+    (tmp_path / "unusable-slurm.conf").write_text("")
+    env = _env(SLURM_CONF=str(tmp_path / "unusable-slurm.conf"))
     proc = run_recover("--config", str(s.config), "--no-logs", "--dry-run", "--json", cwd=s.dir, env=env, timeout=120)
     assert proc.returncode == 3, proc.stderr
     out = json.loads(proc.stdout)
