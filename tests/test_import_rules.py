@@ -42,8 +42,6 @@ TYPE_ONLY_EXTRA: dict[str, set[str]] = {
 #: and build their options and read their results (``runroot.reports``); no shim in ``ops``.
 MODULE_EXTRA: dict[str, set[str]] = {
     "cli": {"ckptctl.runroot.locate", "ckptctl.runroot.reports"},
-    # reading ckptctl.yaml checks launch.backend against the backends' registry (the one list)
-    "adapters": {"ckptctl.backends.registry"},
 }
 #: Top-level modules and what they may import.
 TOP_LEVEL: dict[str, set[str]] = {

@@ -30,7 +30,6 @@ from ckptctl.errors import ConfigError
         ("recover:\n  watch: {spike_factor: 3}\n", "unknown key 'recover.watch.spike_factor'"),
         ("recover:\n  watch: {expect_identical: 1}\n", "recover.watch.expect_identical: 1 is not true or false"),
         ("recover:\n  watch: [1]\n", "recover.watch: must be a mapping"),
-        ("launch:\n  backend: kubernetes\n", "launch.backend: 'kubernetes' is not one of local, slurm"),
         ("launch:\n  slurm: {signal_grace_s: 0}\n", "launch.slurm.signal_grace_s: 0 must be at least 1"),
         ("launch:\n  slurm: {partiton: x}\n", "did you mean 'launch.slurm.partition'"),
         ("launch:\n  slurm: {sbatch_args: [account=x]}\n", "launch.slurm.sbatch_args[0]"),
@@ -102,3 +101,15 @@ def test_recover_dry_run_refuses_a_bad_watch_section_and_launch_dry_run_shows_th
 
     doc = json.loads(dry.stdout)
     assert "#SBATCH --exclude=gpu-9" in doc["slurm"]["script"] and "#SBATCH --partition=gpu" in doc["slurm"]["script"]
+
+
+def test_an_unknown_backend_is_refused_when_the_config_is_loaded(tmp_path: Path) -> None:
+    """The backends' registry is the one list of names; a command's config load checks it."""
+    from ckptctl.ops.launch import load_config as load_for_a_command
+
+    path = tmp_path / "c.yaml"
+    path.write_text("launch:\n  backend: kubernetes\n")
+    with pytest.raises(ConfigError) as e:
+        load_for_a_command(str(path))
+    assert e.value.message == f"{path}: launch.backend: 'kubernetes' is not one of local, slurm"
+    assert e.value.exit_code == 2

@@ -27,7 +27,7 @@ from ckptctl.backends.base import JobPreview
 from ckptctl.core.config.overrides import ConfigOverrides
 from ckptctl.core.config.schema import CkptctlConfig
 from ckptctl.core.launch.plan import LaunchPlan, plan_launch
-from ckptctl.errors import ProblemFound, UsageError
+from ckptctl.errors import ConfigError, ProblemFound, UsageError
 
 __all__ = [
     "RESUME_AUTO",
@@ -47,7 +47,14 @@ def load_config(path: str | None = None, overrides: ConfigOverrides | None = Non
     """The config a command runs under: ``path`` (else ``./ckptctl.yaml`` if present, else the
     defaults) with the command line's ``overrides`` applied. The CLI reads its config through
     this use case (it imports ``ops``, never ``adapters``)."""
-    return config_file.load_config(path, overrides)
+    config = config_file.load_config(path, overrides)
+    if config.launch.backend not in registry.names():  # the registry is the one list of names
+        where = f"{config.source}: " if config.source else ""
+        raise ConfigError(
+            f"{where}launch.backend: {config.launch.backend!r} is not one of {', '.join(registry.names())}",
+            hint="docs/launch.md lists every key of ckptctl.yaml",
+        )
+    return config
 
 
 def preview_job(config: CkptctlConfig, plan: LaunchPlan) -> JobPreview:
