@@ -833,3 +833,17 @@ def test_spread_measures_noise_rather_than_curvature(first_step: int, curved: bo
         assert max(s / ls for s, ls in zip(spreads, line_spreads, strict=True)) < 0.5
     else:
         assert statistics.mean(spreads) == pytest.approx(sd, rel=0.15)
+
+
+def test_a_non_finite_loss_is_bad_even_when_no_resume_is_found() -> None:
+    """An excerpt of the resumed run only (its restore line not in it), multi-line records
+    whose loss is nan: no resume, no baseline, and still a bad run (``nan``, decided)."""
+    lines = []
+    for step in range(217050, 217054):
+        lines += [f"--> STEP: {step - 217021}/104 -- GLOBAL_STEP: {step}", f"     | > loss: {'nan' if step > 217051 else '0.75'}"]
+    report = analyze(parse_lines(lines))
+    assert report.verdict == NAN and report.decided and report.first_resumed_step is None
+    assert report.findings[0].step == 217052 and any("judged as a whole" in e for e in report.explanation)
+    # The same log with finite losses: nothing to judge without a resume.
+    finite = analyze(parse_lines([ln.replace("nan", "0.70") for ln in lines]))
+    assert finite.verdict == INSUFFICIENT and not finite.decided and not finite.findings

@@ -95,6 +95,7 @@ nothing found; otherwise ``insufficient-data``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -107,6 +108,7 @@ from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,
     LOST_LOG_LINES,
+    NAN,
     RELATIVE_COUNTER,
     VERDICTS,
     Finding,
@@ -114,6 +116,7 @@ from ckptctl.core.watch.model import (
     TracePoint,
     WatchConfig,
     WatchReport,
+    fmt_num,
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
 from ckptctl.core.watch.resume import (
@@ -254,6 +257,21 @@ def _no_resume(
 ) -> WatchReport:
     explanation: list[str] = []
     segments = r.segments
+    # A non-finite loss needs no resume and no baseline to be bad: the log is judged as a whole
+    # (the excerpt may be the resumed run only, its restore line not in it).
+    non_finite = next(
+        (p for p in r.points[len(r.points) - r.num_log_points :] if not math.isfinite(p.loss)), None
+    )
+    findings: tuple[Finding, ...] = ()
+    if non_finite is not None:
+        findings = (
+            Finding(
+                verdict=NAN,
+                message=f"loss is {fmt_num(non_finite.loss)} at step {non_finite.step} (line {non_finite.line_no})",
+                step=non_finite.step,
+                line_no=non_finite.line_no,
+            ),
+        )
     if not r.points:
         explanation.append("no loss lines read yet")
     elif baseline_given and r.num_log_points == 0:
@@ -270,9 +288,13 @@ def _no_resume(
                 "run has not logged yet, or it went on in this same log with no restore line; "
                 "the log alone cannot tell which"
             )
+    if findings:
+        explanation.append(
+            f"{findings[0].message}: a non-finite loss is bad with or without a resume, so the log was judged as a whole"
+        )
     return WatchReport(
-        verdict=INSUFFICIENT,
-        decided=False,
+        verdict=NAN if findings else INSUFFICIENT,
+        decided=bool(findings),
         resume_step=rs,
         resume_step_source=rs_source,
         resume_detected_by=None,
@@ -285,13 +307,14 @@ def _no_resume(
         threshold=None,
         observed=None,
         rerun=None,
-        findings=(),
+        findings=findings,
         explanation=tuple(explanation),
         notes=tuple(r.notes),
         num_points=r.num_log_points,
         num_baseline_points=len(r.points) - r.num_log_points,
         num_segments=len(segments),
         note_codes=tuple(r.note_codes),
+        confidence="medium" if findings else None,
         step_axis=r.axis.name,
         epoch_len=r.axis.epoch_len,
         step_axis_composed=r.axis.composed,
