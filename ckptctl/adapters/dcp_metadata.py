@@ -24,6 +24,9 @@ from ckptctl.core.verify.dcp import (
     TensorEntry,
     is_dtype_name,
     is_metadata_name,
+    make_chunk,
+    make_storage_item,
+    make_tensor_entry,
 )
 from ckptctl.core.verify.pickle_shape import PickleShapeError, check_shape
 
@@ -289,8 +292,25 @@ def _attr(obj: Any, name: str, what: str) -> Any:
         raise MetadataError(f"{what} has no {name!r}") from None
 
 
+def _plain_ints(values: Any) -> bool:
+    """A tuple of int64s >= 0 (the common case, checked at C speed where it can be)."""
+    if values.__class__ is not tuple:
+        return False
+    if not values:
+        return True
+    for v in values:
+        if v.__class__ is not int:
+            return False
+    return min(values) >= 0 and max(values) <= MAX_INDEX_INT
+
+
 def to_index(metadata: Any) -> DcpIndex:
-    """Convert the unpickled stand-ins into a ``DcpIndex``; ``MetadataError`` if malformed."""
+    """Convert the unpickled stand-ins into a ``DcpIndex``; ``MetadataError`` if malformed.
+
+    Each entry of the common shape (exact stand-in classes, tuples of plain ints, strings)
+    is converted inline; any other entry goes through the full checks of ``_tensor_entry``
+    and ``_storage_item``, which give the same index, or the error with its message.
+    """
     if not isinstance(metadata, _Metadata):
         raise MetadataError(f"top-level object is {type(metadata).__name__}, not DCP Metadata")
     sdm = _attr(metadata, "state_dict_metadata", "Metadata")
@@ -303,78 +323,61 @@ def to_index(metadata: Any) -> DcpIndex:
         raise MetadataError("storage_data is not a dict")
     tensors: dict[str, TensorEntry] = {}
     byte_fqns: set[str] = set()
+    ok_ints = _plain_ints
     for fqn, md in sdm.items():
-        if not isinstance(fqn, str):
-            raise MetadataError(f"state_dict_metadata key {show(fqn)} is not a string")
-        if isinstance(md, _BytesStorageMetadata):
+        if md.__class__ is _TensorStorageMetadata and fqn.__class__ is str:
+            d = md.__dict__
+            size = d.get("size")
+            props = d.get("properties")
+            raw_chunks = d.get("chunks")
+            if (
+                ok_ints(size)
+                and props.__class__ is _TensorProperties
+                and props.__dict__.get("dtype").__class__ is _DType
+                and raw_chunks.__class__ is list
+            ):
+                chunks = []
+                for c in raw_chunks:
+                    if c.__class__ is not _ChunkStorageMetadata:
+                        break
+                    cd = c.__dict__
+                    offs, sizes = cd.get("offsets"), cd.get("sizes")
+                    if not (ok_ints(offs) and ok_ints(sizes)):
+                        break
+                    chunks.append(make_chunk(offs, sizes))
+                else:
+                    tensors[fqn] = make_tensor_entry(fqn, size, props.__dict__["dtype"].name, tuple(chunks))
+                    continue
+        if isinstance(md, _BytesStorageMetadata) and isinstance(fqn, str):
             byte_fqns.add(fqn)
             continue
-        if not isinstance(md, _TensorStorageMetadata):
-            raise MetadataError(f"{fqn}: unexpected entry {type(md).__name__}")
-        size = _int_tuple(_attr(md, "size", fqn), f"{fqn}.size")
-        props = md.__dict__.get("properties")
-        if props.__class__ is not _TensorProperties:
-            raise MetadataError(f"{fqn}.properties is {type(props).__name__}, not TensorProperties")
-        dt = props.__dict__.get("dtype")
-        if dt.__class__ is not _DType:
-            # DCP's loader needs a torch.dtype here: a name string or a list is not one
-            raise MetadataError(f"{fqn}.properties.dtype is {type(dt).__name__} {show(dt)}, not a torch dtype")
-        dtype = dt.name
-        raw_chunks = _attr(md, "chunks", fqn)
-        if not isinstance(raw_chunks, (list, tuple)):
-            raise MetadataError(f"{fqn}.chunks is not a list")
-        chunks = []
-        for i, c in enumerate(raw_chunks):
-            if c.__class__ is not _ChunkStorageMetadata:
-                raise MetadataError(f"{fqn}.chunks[{i}] is {type(c).__name__}")
-            d = c.__dict__
-            offs, sizes = d.get("offsets"), d.get("sizes")
-            # the common case inline (thousands of chunks): tuples of plain ints
-            if not (offs.__class__ is tuple and sizes.__class__ is tuple and _all_ints(offs + sizes)):
-                offs = _int_tuple(_attr(c, "offsets", fqn), f"{fqn}.chunks[{i}].offsets")
-                sizes = _int_tuple(_attr(c, "sizes", fqn), f"{fqn}.chunks[{i}].sizes")
-            chunks.append(Chunk(offs, sizes))
-        tensors[fqn] = TensorEntry(fqn=fqn, size=size, dtype=dtype, chunks=tuple(chunks))
+        tensors[fqn] = _tensor_entry(fqn, md)  # any other shape: every check, its message
     items = []
+    add = items.append
     for key, info in storage.items():
-        if not isinstance(key, _MetadataIndex) or not isinstance(info, _StorageInfo):
-            raise MetadataError("storage_data holds something other than MetadataIndex -> _StorageInfo")
-        fqn = _attr(key, "fqn", "MetadataIndex")
-        if not isinstance(fqn, str):
-            raise MetadataError(f"storage_data key fqn {show(fqn)} is not a string")
-        hint = key.__dict__.get("index")
-        if hint is not None and hint.__class__ is not int:
-            raise MetadataError(f"{fqn}: MetadataIndex.index is {type(hint).__name__}, expected an int or None")
-        raw_offset = key.__dict__.get("offset")
-        chunk_offsets = None if raw_offset is None else _int_tuple(raw_offset, f"{fqn} offset")
-        rel = _attr(info, "relative_path", fqn)
-        offset = _attr(info, "offset", fqn)
-        length = _attr(info, "length", fqn)
-        if not isinstance(rel, str):
-            raise MetadataError(f"{fqn}: relative_path {show(rel)} is not a string")
-        if is_metadata_name(rel):
-            raise MetadataError(f"{fqn}: relative_path {show(rel)} names a metadata file, not a data file")
-        offset = _int(offset, f"{fqn}: offset")
-        length = _int(length, f"{fqn}: length")
-        transforms = info.__dict__.get("transform_descriptors")
-        if transforms is not None and not (
-            isinstance(transforms, (list, tuple)) and all(isinstance(t, str) for t in transforms)
-        ):
-            # DCP's reader iterates the descriptors: a bare string or a number breaks it
-            raise MetadataError(
-                f"{fqn}: transform_descriptors is {show(transforms)}, expected a list of strings"
-            )
-        items.append(
-            StorageItem(
-                fqn=fqn,
-                chunk_offsets=chunk_offsets,
-                relative_path=rel,
-                offset=offset,
-                length=length,
-                transformed=bool(transforms),
-                transforms=tuple(transforms or ()),
-            )
-        )
+        if key.__class__ is _MetadataIndex and info.__class__ is _StorageInfo:
+            kd, idd = key.__dict__, info.__dict__
+            fqn = kd.get("fqn")
+            offs = kd.get("offset")
+            hint = kd.get("index")
+            rel = idd.get("relative_path")
+            offset = idd.get("offset")
+            length = idd.get("length")
+            if (
+                fqn.__class__ is str
+                and (hint is None or hint.__class__ is int)
+                and (offs is None or ok_ints(offs))
+                and rel.__class__ is str
+                and not is_metadata_name(rel)
+                and offset.__class__ is int
+                and length.__class__ is int
+                and 0 <= offset <= MAX_INDEX_INT
+                and 0 <= length <= MAX_INDEX_INT
+                and idd.get("transform_descriptors") is None
+            ):
+                add(make_storage_item(fqn, offs, rel, offset, length))
+                continue
+        add(_storage_item(key, info))  # any other shape: every check, its message
     storage_meta = metadata.__dict__.get("storage_meta")
     if storage_meta is not None and storage_meta.__class__ is not _StorageMeta:
         # dcp.load sets storage_meta.load_id: anything but a StorageMeta (or None) breaks it
@@ -387,6 +390,76 @@ def to_index(metadata: Any) -> DcpIndex:
         byte_fqns=frozenset(byte_fqns),
         items=tuple(items),
         version=version,
+    )
+
+
+def _tensor_entry(fqn: Any, md: Any) -> TensorEntry:
+    if not isinstance(fqn, str):
+        raise MetadataError(f"state_dict_metadata key {show(fqn)} is not a string")
+    if not isinstance(md, _TensorStorageMetadata):
+        raise MetadataError(f"{fqn}: unexpected entry {type(md).__name__}")
+    size = _int_tuple(_attr(md, "size", fqn), f"{fqn}.size")
+    props = md.__dict__.get("properties")
+    if props.__class__ is not _TensorProperties:
+        raise MetadataError(f"{fqn}.properties is {type(props).__name__}, not TensorProperties")
+    dt = props.__dict__.get("dtype")
+    if dt.__class__ is not _DType:
+        # DCP's loader needs a torch.dtype here: a name string or a list is not one
+        raise MetadataError(f"{fqn}.properties.dtype is {type(dt).__name__} {show(dt)}, not a torch dtype")
+    dtype = dt.name
+    raw_chunks = _attr(md, "chunks", fqn)
+    if not isinstance(raw_chunks, (list, tuple)):
+        raise MetadataError(f"{fqn}.chunks is not a list")
+    chunks = []
+    for i, c in enumerate(raw_chunks):
+        if c.__class__ is not _ChunkStorageMetadata:
+            raise MetadataError(f"{fqn}.chunks[{i}] is {type(c).__name__}")
+        d = c.__dict__
+        offs, sizes = d.get("offsets"), d.get("sizes")
+        # the common case inline (thousands of chunks): tuples of plain ints
+        if not (offs.__class__ is tuple and sizes.__class__ is tuple and _all_ints(offs + sizes)):
+            offs = _int_tuple(_attr(c, "offsets", fqn), f"{fqn}.chunks[{i}].offsets")
+            sizes = _int_tuple(_attr(c, "sizes", fqn), f"{fqn}.chunks[{i}].sizes")
+        chunks.append(Chunk(offs, sizes))
+    return TensorEntry(fqn=fqn, size=size, dtype=dtype, chunks=tuple(chunks))
+
+
+def _storage_item(key: Any, info: Any) -> StorageItem:
+    if not isinstance(key, _MetadataIndex) or not isinstance(info, _StorageInfo):
+        raise MetadataError("storage_data holds something other than MetadataIndex -> _StorageInfo")
+    fqn = _attr(key, "fqn", "MetadataIndex")
+    if not isinstance(fqn, str):
+        raise MetadataError(f"storage_data key fqn {show(fqn)} is not a string")
+    hint = key.__dict__.get("index")
+    if hint is not None and hint.__class__ is not int:
+        raise MetadataError(f"{fqn}: MetadataIndex.index is {type(hint).__name__}, expected an int or None")
+    raw_offset = key.__dict__.get("offset")
+    chunk_offsets = None if raw_offset is None else _int_tuple(raw_offset, f"{fqn} offset")
+    rel = _attr(info, "relative_path", fqn)
+    offset = _attr(info, "offset", fqn)
+    length = _attr(info, "length", fqn)
+    if not isinstance(rel, str):
+        raise MetadataError(f"{fqn}: relative_path {show(rel)} is not a string")
+    if is_metadata_name(rel):
+        raise MetadataError(f"{fqn}: relative_path {show(rel)} names a metadata file, not a data file")
+    offset = _int(offset, f"{fqn}: offset")
+    length = _int(length, f"{fqn}: length")
+    transforms = info.__dict__.get("transform_descriptors")
+    if transforms is not None and not (
+        isinstance(transforms, (list, tuple)) and all(isinstance(t, str) for t in transforms)
+    ):
+        # DCP's reader iterates the descriptors: a bare string or a number breaks it
+        raise MetadataError(
+            f"{fqn}: transform_descriptors is {show(transforms)}, expected a list of strings"
+        )
+    return StorageItem(
+        fqn=fqn,
+        chunk_offsets=chunk_offsets,
+        relative_path=rel,
+        offset=offset,
+        length=length,
+        transformed=bool(transforms),
+        transforms=tuple(transforms or ()),
     )
 
 

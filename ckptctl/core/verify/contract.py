@@ -12,9 +12,11 @@ corrupt > incomplete > unsupported > complete.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from math import prod
+from operator import attrgetter
 from typing import Literal, get_args
 
 from ckptctl.core.verify.dcp import DTYPE_ITEMSIZE, RANK_METADATA_NAME, DcpIndex, shard_rank
@@ -203,6 +205,9 @@ class IndexCheck:
     bytes_needed: int = 0
 
 
+_item_key = attrgetter("fqn", "chunk_offsets")
+
+
 def check_index(
     index: DcpIndex, files: Mapping[str, int], *, prefix: str = "", rank_local: bool = False
 ) -> IndexCheck:
@@ -217,32 +222,39 @@ def check_index(
     where = f"{prefix}: " if prefix else ""
 
     # -- structure: every chunk and every bytes entry has exactly one storage entry ----
-    keys: dict[tuple[str, tuple[int, ...] | None], int] = defaultdict(int)
-    for item in index.items:
-        keys[(item.fqn, item.chunk_offsets)] += 1
+    # (loops written out, not generators: an index holds 100,000s of chunks and records)
+    keys: Counter[tuple[str, tuple[int, ...] | None]] = Counter(map(_item_key, index.items))
     missing_entries: list[str] = []
     uncovered: list[str] = []
     for t in index.tensors.values():
-        if len(t.size) and any(d < 0 for d in t.size):
+        size = t.size
+        if size and min(size) < 0:
             out.problems.append(Problem(CORRUPT, f"{where}tensor {t.fqn} has a negative size {t.size}", code=INDEX_INVALID))
             continue
         covered = 0
+        rank = len(size)
         for c in t.chunks:
-            if (t.fqn, c.offsets) not in keys:
-                missing_entries.append(f"{t.fqn}{list(c.offsets)}")
-            if len(c.offsets) != len(t.size) or len(c.sizes) != len(t.size):
+            offsets, sizes = c.offsets, c.sizes
+            if (t.fqn, offsets) not in keys:
+                missing_entries.append(f"{t.fqn}{list(offsets)}")
+            if len(offsets) != rank or len(sizes) != rank:
                 out.problems.append(
                     Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk rank does not match tensor rank {len(t.size)}", code=INDEX_INVALID)
                 )
                 break
-            if any(o < 0 or s < 0 or o + s > d for o, s, d in zip(c.offsets, c.sizes, t.size, strict=True)):
+            inside = True
+            for o, s, d in zip(offsets, sizes, size):
+                if o < 0 or s < 0 or o + s > d:
+                    inside = False
+                    break
+            if not inside:
                 out.problems.append(
                     Problem(CORRUPT, f"{where}tensor {t.fqn}: chunk at {list(c.offsets)} size {list(c.sizes)} lies outside {list(t.size)}", code=INDEX_INVALID)
                 )
                 break
-            covered += c.numel
+            covered += prod(sizes)
         else:
-            if covered != t.numel:
+            if covered != prod(size):
                 if rank_local and covered < t.numel:
                     # each rank lists only its own chunks: a rank's metadata is missing
                     uncovered.append(t.fqn)
@@ -277,24 +289,31 @@ def check_index(
     bad_paths: set[str] = set()
     bad_ranges = 0
     too_small: list[str] = []
+    tensors = index.tensors
+    bytes_needed = 0
     for item in index.items:
         rel = item.relative_path
         if not is_plain_file_name(rel):
             bad_paths.add(rel)
             continue
-        if item.offset < 0 or item.length < 0:
+        offset, length = item.offset, item.length
+        if offset < 0 or length < 0:
             bad_ranges += 1
             continue
-        per_file[rel].append((item.offset, item.length, item.fqn))
-        out.bytes_needed += item.length
-        if item.chunk_offsets is not None and not item.transformed:
-            entry = index.tensors.get(item.fqn)
-            itemsize = DTYPE_ITEMSIZE.get(entry.dtype, 0) if entry is not None else 0
-            chunk = (
-                next((c for c in entry.chunks if c.offsets == item.chunk_offsets), None) if entry else None
-            )
-            if chunk is not None and itemsize and item.length < chunk.numel * itemsize:
-                too_small.append(item.fqn)
+        per_file[rel].append((offset, length, item.fqn))
+        bytes_needed += length
+        co = item.chunk_offsets
+        if co is not None and not item.transformed:
+            entry = tensors.get(item.fqn)
+            if entry is not None:
+                itemsize = DTYPE_ITEMSIZE.get(entry.dtype, 0)
+                if itemsize:
+                    for c in entry.chunks:
+                        if c.offsets == co:
+                            if length < prod(c.sizes) * itemsize:
+                                too_small.append(item.fqn)
+                            break
+    out.bytes_needed += bytes_needed
     for rel in sorted(bad_paths):
         out.problems.append(Problem(CORRUPT, f"{where}relative_path {rel!r} escapes the checkpoint directory", code=PATH_ESCAPE))
     if bad_ranges:
@@ -304,13 +323,17 @@ def check_index(
             Problem(CORRUPT, f"{where}{len(too_small)} tensor record(s) are smaller than their raw data (e.g. {too_small[0]})", code=RECORD_TOO_SMALL)
         )
     for rel in sorted(per_file):
-        ranges = sorted(per_file[rel])
+        ranges = per_file[rel]
+        if len(ranges) > 1:
+            ranges.sort()
         out.referenced.add(rel)
         r = shard_rank(rel)
         if r is not None:
             out.ranks_referenced.add(r)
-        end_needed = max(o + n for o, n, _ in ranges)
+        end_needed = max([o + n for o, n, _ in ranges])
         size = files.get(rel)
+        if size == end_needed and len(ranges) == 1:
+            continue  # the common case: one record filling its file (nothing below applies)
         shown = _prefixed(prefix, rel)
         if size is None:
             out.problems.append(
