@@ -243,7 +243,7 @@ def check_index(
                 )
                 break
             inside = True
-            for o, s, d in zip(offsets, sizes, size):
+            for o, s, d in zip(offsets, sizes, size, strict=True):
                 if o < 0 or s < 0 or o + s > d:
                     inside = False
                     break
