@@ -327,7 +327,7 @@ def to_index(metadata: Any) -> DcpIndex:
     for fqn, md in sdm.items():
         if md.__class__ is _TensorStorageMetadata and fqn.__class__ is str:
             d = md.__dict__
-            size = d.get("size")
+            size: Any = d.get("size")
             props = d.get("properties")
             raw_chunks = d.get("chunks")
             if (
@@ -341,7 +341,8 @@ def to_index(metadata: Any) -> DcpIndex:
                     if c.__class__ is not _ChunkStorageMetadata:
                         break
                     cd = c.__dict__
-                    offs, sizes = cd.get("offsets"), cd.get("sizes")
+                    offs: Any = cd.get("offsets")
+                    sizes: Any = cd.get("sizes")
                     if not (ok_ints(offs) and ok_ints(sizes)):
                         break
                     chunks.append(make_chunk(offs, sizes))
@@ -352,7 +353,7 @@ def to_index(metadata: Any) -> DcpIndex:
             byte_fqns.add(fqn)
             continue
         tensors[fqn] = _tensor_entry(fqn, md)  # any other shape: every check, its message
-    items = []
+    items: list[StorageItem] = []
     add = items.append
     for key, info in storage.items():
         if key.__class__ is _MetadataIndex and info.__class__ is _StorageInfo:

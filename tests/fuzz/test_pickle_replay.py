@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import pickle
 import warnings
-from pathlib import Path
 
 import pytest
 from hypothesis import given

@@ -227,12 +227,12 @@ def check_index(
     missing_entries: list[str] = []
     uncovered: list[str] = []
     for t in index.tensors.values():
-        size = t.size
-        if size and min(size) < 0:
+        shape = t.size
+        if shape and min(shape) < 0:
             out.problems.append(Problem(CORRUPT, f"{where}tensor {t.fqn} has a negative size {t.size}", code=INDEX_INVALID))
             continue
         covered = 0
-        rank = len(size)
+        rank = len(shape)
         for c in t.chunks:
             offsets, sizes = c.offsets, c.sizes
             if (t.fqn, offsets) not in keys:
@@ -243,7 +243,7 @@ def check_index(
                 )
                 break
             inside = True
-            for o, s, d in zip(offsets, sizes, size, strict=True):
+            for o, s, d in zip(offsets, sizes, shape, strict=True):
                 if o < 0 or s < 0 or o + s > d:
                     inside = False
                     break
@@ -254,7 +254,7 @@ def check_index(
                 break
             covered += prod(sizes)
         else:
-            if covered != prod(size):
+            if covered != prod(shape):
                 if rank_local and covered < t.numel:
                     # each rank lists only its own chunks: a rank's metadata is missing
                     uncovered.append(t.fqn)

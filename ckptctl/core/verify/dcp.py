@@ -110,7 +110,7 @@ class DcpIndex:
 
 
 _new = object.__new__
-_set_chunk = (Chunk.offsets.__set__, Chunk.sizes.__set__)  # type: ignore[attr-defined]
+_set_chunk = tuple(getattr(Chunk, f).__set__ for f in ("offsets", "sizes"))
 _set_tensor = tuple(getattr(TensorEntry, f).__set__ for f in ("fqn", "size", "dtype", "chunks"))
 _set_item = tuple(
     getattr(StorageItem, f).__set__
