@@ -91,18 +91,33 @@ def bench_quick_verify_vs_dcp_load(quick: bool) -> dict[str, float]:
 
 
 def bench_metadata_scan(metadata: Path) -> dict[str, float]:
-    """The opcode pre-scan (core/verify/pickle_shape.py) next to the restricted unpickling it guards."""
+    """Quick verify phase by phase: the listing, the opcode pre-scan (core/verify/pickle_shape.py,
+    with and without replaying repeated units), the restricted unpickling it guards, the
+    conversion to an index and the contract checks (each the best of 15 runs)."""
     import io
 
-    from ckptctl.adapters.dcp_metadata import _RestrictedUnpickler
+    from ckptctl.adapters.dcp_metadata import _RestrictedUnpickler, to_index
+    from ckptctl.adapters.storage import Storage
+    from ckptctl.core.verify.contract import check_index
     from ckptctl.core.verify.pickle_shape import check_shape
 
     data = metadata.read_bytes()
+    storage, root = Storage.open_directory(str(metadata.parent))
+    files = {e.name: e.size_bytes for e in storage.list_dir(root) if not e.is_dir}
+    unpickled = _RestrictedUnpickler(io.BytesIO(data)).load()
+    index = to_index(unpickled)
+    t_list = _timeit(lambda: storage.list_dir(root), repeat=15)
     t_scan = _timeit(lambda: check_shape(data), repeat=15)
+    t_walk = _timeit(lambda: check_shape(data, replay=False), repeat=15)
     t_load = _timeit(lambda: _RestrictedUnpickler(io.BytesIO(data)).load(), repeat=15)
-    print(f"  .metadata ({len(data) / 1e3:.0f} kB): shape scan {t_scan * 1000:.2f} ms, "
-          f"restricted unpickle {t_load * 1000:.2f} ms ({t_scan / t_load:.1f}x)")
-    return {"metadata_scan_s": t_scan, "metadata_unpickle_s": t_load}
+    t_index = _timeit(lambda: to_index(unpickled), repeat=15)
+    t_check = _timeit(lambda: check_index(index, files), repeat=15)
+    print(f"  .metadata ({len(data) / 1e3:.0f} kB): shape scan {t_scan * 1000:.2f} ms "
+          f"(every opcode walked: {t_walk * 1000:.2f} ms), restricted unpickle {t_load * 1000:.2f} ms")
+    print(f"  phases: listing {t_list * 1000:.2f} ms, shape scan {t_scan * 1000:.2f} ms, unpickle "
+          f"{t_load * 1000:.2f} ms, index {t_index * 1000:.2f} ms, contract checks {t_check * 1000:.2f} ms")
+    return {"metadata_scan_s": t_scan, "metadata_scan_walk_s": t_walk, "metadata_unpickle_s": t_load,
+            "listing_s": t_list, "to_index_s": t_index, "check_index_s": t_check}
 
 
 def _drop_caches() -> bool:
