@@ -42,6 +42,10 @@ MAX_LEARNED = 32
 MAX_PER_FRAME = 4
 #: Most string opcodes in one template (each is one Python step when matched).
 MAX_STRINGS = 4
+#: Most failed matches per pickle (each costs up to a template's length), then no more
+#: replay: a genuine ``.metadata`` has a few dozen; a crafted one cannot make every item
+#: boundary rescan kilobytes that the walk then reads again.
+MAX_MISSES = 2048
 
 # Fixed-width literal opcodes: argument bytes (BININT1, BININT2, BININT, NONE, NEWTRUE, NEWFALSE).
 _LITERALS = {0x4B: 1, 0x4D: 2, 0x4A: 4, 0x4E: 0, 0x88: 0, 0x89: 0}
@@ -275,12 +279,13 @@ def learn(data: bytes, start: int, end: int, memo: list[int], memo_start: int, m
 class Replay:
     """The templates learned in one ``check_shape`` call (never kept across calls)."""
 
-    __slots__ = ("last", "learned", "max_nesting", "units")
+    __slots__ = ("last", "learned", "max_nesting", "misses", "units")
 
     def __init__(self, max_nesting: int) -> None:
         self.units: dict[tuple[int, int], list[_Unit]] = {}
         self.last: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.learned = 0
+        self.misses = 0
         self.max_nesting = max_nesting
 
     def at_boundary(
@@ -289,6 +294,8 @@ class Replay:
     ) -> tuple[int, int]:  # fmt: skip
         """At the end of an item of the frame ``marks[-1]``: replay what follows, or learn
         the item that just ended. Returns the new position and container count."""
+        if self.misses >= MAX_MISSES:
+            return pos, built
         key = (len(marks), marks[-1])
         prev = self.last.get(key)
         if (
@@ -321,8 +328,10 @@ class Replay:
                     try:
                         end = unit.match(data, pos, memo)
                     except IndexError:  # a string opcode cut by the end: walked (and refused) below
-                        continue
-                    if end >= 0 and built + unit.built <= max_built and len(stack) + unit.peak <= max_stack:
+                        end = -1
+                    if end < 0:
+                        self.misses += 1
+                    elif built + unit.built <= max_built and len(stack) + unit.peak <= max_stack:
                         stack.extend(unit.pushed)
                         memo.extend(unit.memo)
                         built += unit.built
