@@ -40,6 +40,8 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"host": "node201", "gpu_index": 0}),  # quoted and auto-linked by a markdown renderer
     ("ucx", "[1712345678.123456] [gpu-a12:12345:0]      ib_mlx5_log.c:179  UCX  ERROR Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)",
      {"host": "gpu-a12", "pid": 12345}),
+    ("ucx-proc", "[gpu-a12:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)",
+     {"host": "gpu-a12", "pid": 19546}),
     ("efa-host-id", "NCCL WARN NET/OFI Request 0x7f1 (SEND) completed with error: err: 5, flags: 0, prov_errno: 4124, strerror: Unresponsive receiver (connection previously established) My EFA addr: fi_addr_efa://[fe80::1]:0:1 My host id: i-0a1b2c3d4e5f60718 Peer EFA addr: fi_addr_efa://[fe80::2]:0:1 Peer host id: i-0f9e8d7c6b5a40312, len: 0",
      {"host": "i-0a1b2c3d4e5f60718", "peer": "i-0f9e8d7c6b5a40312"}),
     ("efa-peer-host-id", "Unreachable remote - never received a response My EFA addr: fi_addr_efa://[fe80::1]:0:1 My host id: N/A Peer EFA addr: fi_addr_efa://[fe80::2]:0:1 Peer host id: i-0f9e8d7c6b5a40312",
@@ -48,6 +50,10 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"host": "i-0f1e2d3c4b5a69788"}),
     ("ray-node-name", "2025-03-02 04:11:09,741 WARNING worker.py:1866 -- The node with node id: 9426f44574cce486 and address: 10.130.0.113 and node name: gpu-r3 has been marked dead because the detector has missed too many heartbeats from it.",
      {"host": "gpu-r3"}),
+    ("ray-node-ip", "2026-03-09 22:41:07,512\tWARNING worker.py:1441 -- The node with node id: 6d1a0f3e9b2c4857 and ip: 10.55.0.9 has been marked dead because the detector has missed too many heartbeats from it.",
+     {"host": "10.55.0.9"}),
+    ("ray-task-node-ip", "ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead or unavailable. Node IP: 10.0.3.41, node ID: e55b8ca03ebf3f74.",
+     {"host": "10.0.3.41"}),
     ("ray-ip", "(raylet, ip=10.0.0.7) [2025-03-02 04:11:09,741 E 395 395] (raylet) node_manager.cc:3049: 1 Workers (tasks / actors) killed due to memory pressure (OOM)",
      {"host": "10.0.0.7"}),
     ("pdsh", "gpu-e4: [rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 3 has a total capacity of 79.10 GiB",
@@ -64,6 +70,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"rank": 2}),
     ("srun-task", "srun: error: gpu-v2: task 3: Exited with exit code 1", {"host": "gpu-v2", "rank": 3}),
     ("srun-node", "srun: error: Node failure on gpu-c07", {"host": "gpu-c07"}),
+    ("srun-node", "salloc: error: Node failure on gpu-c08", {"host": "gpu-c08"}),
     ("slurmstepd", "slurmstepd: error: *** JOB 81234 ON gpu-c01 CANCELLED AT 2025-03-02T04:11:09 DUE TO PREEMPTION ***",
      {"host": "gpu-c01", "time": "2025-03-02T04:11:09"}),
     ("srun-label", "3: IndexError: list index out of range", {"rank": 3}),
@@ -98,6 +105,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"cause_xid": 79, "gpu": "0000:9d:00", "host": "gpu-a07"}),
     ("pci", "Feb 11 22:05:42 gpu-c11 kernel: NVRM: The NVIDIA GPU 0000:ca:00.0 (PCI ID: 10de:2330)", {"gpu": "0000:ca:00", "host": "gpu-c11"}),
     ("pci", "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error", {"gpu": "0000:3b:00"}),
+    ("pci", "[Mon Nov 23 18:02:13 2026] amdgpu 0000:29:00.0: amdgpu: Ring comp_1.2.0 reset failed", {"gpu": "0000:29:00", "host": None}),
     ("gpu-index", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.30 GiB. GPU 1 has a total capacity of 79.15 GiB",
      {"gpu_index": 1}),
     ("glog-time", "W0302 04:21:13.118000 8871 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 8901 closing signal SIGTERM",
@@ -128,6 +136,7 @@ def test_every_shape_has_an_example() -> None:
         "ValueError: too many values to unpack (expected 2)",
         "slurmstepd: error: Detected 1 oom_kill event in StepId=4412937.0.",
         "step12: loss 2.0",
+        "ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1, node ID: e55b8c",
     ],
 )
 def test_lines_that_name_no_host(line: str) -> None:

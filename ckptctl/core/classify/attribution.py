@@ -53,6 +53,9 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
          r"(?:[\w./+-]*\[?[\w./+-]+:\d+(?:\]\([^)\s]{0,200}\))?\s+)?NCCL\s+(?:WARN|INFO|TRACE|ABORT|ERROR)\b"),
         # UCX: "[1712345678.123456] [gpu-a12:12345:0]   ib_mlx5_log.c:179  UCX  ERROR ..."
         ("ucx", r"^\[\d+\.\d+\]\s+\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+)(?::\w+)*\]\s"),
+        # UCX's own prefix without the clock (older releases, error dumps):
+        # "[gpu-a12:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on ..."
+        ("ucx-proc", r"^\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+):\d+:\d+\]\s"),
         # pdsh (DeepSpeed's multi-node runner): "gpu-e4: [rank11]: ..."
         # (the digit is found by a lookahead, the label read possessively: "[a-z0-9-]*\d[a-z0-9-]*"
         # backtracked quadratically on a long "a0a0..." line)
