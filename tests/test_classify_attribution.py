@@ -54,6 +54,8 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"host": "10.55.0.9"}),
     ("ray-task-node-ip", "ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead or unavailable. Node IP: 10.0.3.41, node ID: e55b8ca03ebf3f74.",
      {"host": "10.0.3.41"}),
+    ("ray-owner-ip", "The actor is dead because its owner has died. Owner Id: 01000000ffff Owner Ip address: 10.0.3.17 Owner worker exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.",
+     {"host": "10.0.3.17"}),
     ("ray-ip", "(raylet, ip=10.0.0.7) [2025-03-02 04:11:09,741 E 395 395] (raylet) node_manager.cc:3049: 1 Workers (tasks / actors) killed due to memory pressure (OOM)",
      {"host": "10.0.0.7"}),
     ("pdsh", "gpu-e4: [rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 3 has a total capacity of 79.10 GiB",

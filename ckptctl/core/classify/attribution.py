@@ -104,6 +104,8 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # a task's node: "Task failed because the node it was running on is dead ... Node IP: 10.0.0.7,"
         ("ray-node-ip", r"\bnode id: [0-9a-f]+ and (?:ip|address): (?P<host>" + _IP + r") has been marked dead"),
         ("ray-task-node-ip", r"\bis dead or unavailable\. Node IP: (?P<host>" + _IP + r"),"),
+        # "The actor is dead because its owner has died. Owner Id: ... Owner Ip address: 10.0.0.7 ..."
+        ("ray-owner-ip", r"\bOwner Ip address: (?P<host>" + _IP + r")\b"),
         ("ray-ip", r"(?:\((?:[\w.]+,? )?(?:pid=\d+, )?ip=|\bat node \(ID: [0-9a-f]+, IP: )(?P<host>" + _IP + r")\)"),
         # an IP and the host behind it: reverse DNS (host / dig -x / nslookup) and /etc/hosts
         ("reverse-dns", r"(?P<peer>" + _IP + r")\.in-addr\.arpa\.?\s+(?:domain name pointer|name =|\d*\s*IN\s+PTR)\s+"
