@@ -106,3 +106,20 @@ def test_repeated_values_have_the_walks_depth(value: object, copies: int, protoc
     assert _same(data, depth) is None
     if depth:
         assert _same(data, depth - 1) is not None
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_same_opcodes_reading_a_deeper_slot_are_walked(protocol: int) -> None:
+    """Units alike but for the memo slot they read: a deeper slot is never taken for a flat one."""
+    flat: list[object] = [0]
+    deep: object = 0
+    for _ in range(30):
+        deep = [deep]
+    doc: dict[str, object] = {"flat": flat, "deep": deep}
+    for i in range(40):  # flat ones first (learned), then the deep one, then flat ones again
+        doc[f"k{i}"] = Node(deep if i == 25 else flat, i)
+    data = pickle.dumps(doc, protocol=protocol)
+    depth = _reference_depth(data)
+    assert depth > 30
+    assert _same(data, depth) is None
+    assert _same(data, depth - 1) is not None

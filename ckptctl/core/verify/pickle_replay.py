@@ -269,7 +269,7 @@ def learn(data: bytes, start: int, end: int, memo: list[int], memo_start: int, m
                 raise _Unlearnable  # anything else (a frame, a global, a PUT...) is walked
             if stack and stack[-1] > max_nesting:
                 raise _Unlearnable
-    except (IndexError, _Unlearnable):
+    except (IndexError, struct.error, _Unlearnable):
         return None
     if pos != end or marks or not stack:
         return None
