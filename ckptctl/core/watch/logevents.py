@@ -314,6 +314,15 @@ def line_shape(text: str) -> str:
     return text.translate(_SHAPE_TABLE)
 
 
+_EXPONENT_RE = re.compile(r"(?<=\d)[eE][-+]?(?=\d)")
+
+
+def record_shape(text: str) -> str:
+    """``line_shape`` without the exponents of numbers: one logger's records share it whether a
+    value prints as ``35.42`` or ``1.54e+02`` (speechbrain's ``valid CER: 1.54e+02``)."""
+    return line_shape(_EXPONENT_RE.sub("", text) if "e" in text or "E" in text else text)
+
+
 def failure_line(text: str) -> bool:
     """The line says the run failed (a traceback, the scheduler or launcher reporting it)."""
     return _FAILURE_RE.search(text) is not None

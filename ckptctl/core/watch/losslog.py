@@ -59,6 +59,7 @@ from ckptctl.core.watch.logevents import (
     LossPoint,
     RestartDetector,
     line_shape,
+    record_shape,
     match_marker,
 )
 from ckptctl.core.watch.logplan import (
@@ -159,6 +160,9 @@ class LossLogParser:
         """A Markdown code fence was seen: lines outside fences are prose (only tables and restore lines count)."""
         self._in_fence = False
         self.epoch_ctx: int | None = None
+        self.epoch_header: int | None = None
+        """The epoch an ``Epoch 3/20`` line just named, until a loss comes: Keras's one-line
+        summary of the epoch below it (``3083s - loss: 1.72 - acc: 0.59``, verbose=2) has no step."""
         self.last_bar_step: int | None = None
         self.pending: Record | None = None
         self.in_eval = False
@@ -325,7 +329,7 @@ class LossLogParser:
         if rec is None:
             return []
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
-        rec.shape = line_shape(text)[:SHAPE_CHARS]
+        rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
         rec.relative = RELATIVE_RE.search(text) is not None
         if rec.step is not None or rec.epoch is not None:
@@ -375,7 +379,9 @@ class LossLogParser:
             # "Epoch 3/20" on its own line (Keras): the epochs count from 1
             assert rec.epoch is not None
             self.epoch_ctx = int(rec.epoch) - 1
+            self.epoch_header = int(rec.epoch)
             return None
+        header, self.epoch_header = self.epoch_header, (self.epoch_header if rec.loss is None else None)
         if rec.step is None and counter is not None and rec.loss is not None:
             # a progress bar (or a bracketed counter) counts within the epoch: epoch x total + n;
             # with no epoch at all the counter is the step (Lightning's "Training: | 5050/?")
@@ -390,6 +396,10 @@ class LossLogParser:
             rec.from_bar = True
         elif rec.step is None and whole_epoch and rec.loss is not None and rec.epoch is not None:
             rec.step, rec.axis = int(rec.epoch), EPOCH_AXIS  # an epoch-indexed log: the epoch is the position
+        elif rec.step is None and rec.loss is not None and rec.epoch is None and header is not None and self.pending is None:
+            # the first loss under an "Epoch 3/20" line, with no step, counter or epoch of its
+            # own: that epoch's summary (Keras, verbose=2); the epoch is its position
+            rec.step, rec.epoch, rec.axis = header, float(header), EPOCH_AXIS
         return rec
 
     def accept(self, rec: Record, tag_rank: int | None, *, continues: bool = False) -> list[LogEvent]:

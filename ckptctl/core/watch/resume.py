@@ -502,7 +502,41 @@ def relative_offset(
         if resume_step is not None:
             return resume_step, "the checkpoint step"
         return max(s.last_step for s in pre_segments), f"the last step logged before it (line {resumed.points[0].line_no})"
+    if resume_step is None and (marker is None or marker.step is None) and pre_segments and weights_kept(resumed, pre_segments[0]):
+        return max(s.last_step for s in pre_segments), "its loss, which goes on from the level before the restart, far below the run's start"
     return None, ""
+
+
+#: Points compared at the run's start, before the restart and after it (their medians).
+_LEVEL_POINTS = 3
+#: The run learned: its loss before the restart is at most this fraction of its start.
+_LEARNED = 0.85
+#: The resumed run starts at most this far (of the distance learned) above the level before it.
+_KEPT = 0.25
+
+
+def weights_kept(resumed: Segment, first: Segment) -> bool:
+    """A counter that starts again while the loss goes on where it was: the run's loss fell well
+    below its start (``first``: the log's first run, from its start), and the resumed run starts
+    near that learned level or below it, far from the start a run from scratch goes back to.
+    (A second ``model.fit()`` on the same model, or a resumed run counting from 1.)"""
+    n = _LEVEL_POINTS
+    if len(first.points) < 2 * n or len(resumed.points) < n:
+        return False
+    losses = [p.loss for p in (*first.points[:n], *first.points[-n:], *resumed.points[:n])]
+    if not all(math.isfinite(x) for x in losses):
+        return False
+    start, before, after = (statistics.median(losses[i : i + n]) for i in (0, n, 2 * n))
+    learned = start - before
+    if not (before > 0 and before <= _LEARNED * start and after <= before + _KEPT * learned):
+        return False
+    # the learning rate logged goes back to the run's first value: the schedule started over with
+    # the counter (only the weights were loaded), a replay, not a counter of its own
+    lrs = [p.metrics.get("lr") for p in (first.points[0], first.points[-1], resumed.points[0])]
+    lr_start, lr_before, lr_after = lrs
+    if lr_start is None or lr_before is None or lr_after is None or math.isclose(lr_start, lr_before, rel_tol=1e-3):
+        return True
+    return not math.isclose(lr_after, lr_start, rel_tol=1e-3)
 
 
 def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line: int) -> ResumeMarker | None:
