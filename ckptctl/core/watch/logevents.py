@@ -317,10 +317,13 @@ def line_shape(text: str) -> str:
 _EXPONENT_RE = re.compile(r"(?<=\d)[eE][-+]?(?=\d)")
 
 
+_RECORD_SHAPE_TABLE = str.maketrans("", "", "0123456789. \t")
+
+
 def record_shape(text: str) -> str:
-    """``line_shape`` without the exponents of numbers: one logger's records share it whether a
-    value prints as ``35.42`` or ``1.54e+02`` (speechbrain's ``valid CER: 1.54e+02``)."""
-    return line_shape(_EXPONENT_RE.sub("", text) if "e" in text or "E" in text else text)
+    """``line_shape`` without the points and exponents of numbers: one logger's records share it
+    whether a value prints as ``100``, ``35.42`` or ``1.54e+02`` (speechbrain's ``valid CER: ...``)."""
+    return (_EXPONENT_RE.sub("", text) if "e" in text or "E" in text else text).translate(_RECORD_SHAPE_TABLE)
 
 
 def failure_line(text: str) -> bool:

@@ -57,6 +57,7 @@ class Parser(Protocol):
     in_eval: bool
     last_bar_step: int | None
     epoch_ctx: int | None
+    epoch_header: int | None
     fast_stamp: tuple[str, int]
     restarts: RestartDetector
     unread_samples: list[str]
@@ -337,7 +338,8 @@ def _codegen(
         redraw = "redraw"
     if has_epoch:
         L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
-    L += ["    if step is None: return None", "    P.in_eval = False"]
+    # (LossLogParser.record: a line with a loss ends an "Epoch 3/20" header's reach)
+    L += ["    if step is None: return None", "    P.in_eval = False", "    P.epoch_header = None"]
     if weak:
         L.append("    if _shape not in P.weak_shapes: return None")  # (the first of its shape: held by the reader)
         L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")

@@ -58,9 +58,8 @@ from ckptctl.core.watch.logevents import (
     LogEvent,
     LossPoint,
     RestartDetector,
-    line_shape,
-    record_shape,
     match_marker,
+    record_shape,
 )
 from ckptctl.core.watch.logplan import (
     DIALECTS,

@@ -497,6 +497,8 @@ def relative_offset(
         return None, ""
     marker = resumed.marker
     if marker is not None and marker.step is not None and not marker.step_in_path and marker.step > resumed.first_step + interval:
+        if pre_segments and lr_started_over(resumed, pre_segments[0]):
+            return None, ""  # the schedule started over with the counter: the loop ran again from its start
         return marker.step, f"the restore line at line {marker.line_no}"
     if resumed.points[0].relative and pre_segments:
         if resume_step is not None:
@@ -528,15 +530,17 @@ def weights_kept(resumed: Segment, first: Segment) -> bool:
         return False
     start, before, after = (statistics.median(losses[i : i + n]) for i in (0, n, 2 * n))
     learned = start - before
-    if not (before > 0 and before <= _LEARNED * start and after <= before + _KEPT * learned):
-        return False
-    # the learning rate logged goes back to the run's first value: the schedule started over with
-    # the counter (only the weights were loaded), a replay, not a counter of its own
-    lrs = [p.metrics.get("lr") for p in (first.points[0], first.points[-1], resumed.points[0])]
-    lr_start, lr_before, lr_after = lrs
+    return before > 0 and before <= _LEARNED * start and after <= before + _KEPT * learned and not lr_started_over(resumed, first)
+
+
+def lr_started_over(resumed: Segment, first: Segment) -> bool:
+    """The learning rate logged goes back to the run's first value (from another one) when the
+    counter starts again: the schedule started over with the counter (only the weights were
+    loaded), a replay of the loop, not a counter of its own."""
+    lr_start, lr_before, lr_after = (p.metrics.get("lr") for p in (first.points[0], first.points[-1], resumed.points[0]))
     if lr_start is None or lr_before is None or lr_after is None or math.isclose(lr_start, lr_before, rel_tol=1e-3):
-        return True
-    return not math.isclose(lr_after, lr_start, rel_tol=1e-3)
+        return False
+    return math.isclose(lr_after, lr_start, rel_tol=1e-3)
 
 
 def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line: int) -> ResumeMarker | None:
