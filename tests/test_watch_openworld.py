@@ -130,3 +130,16 @@ def test_counter_restart_with_the_schedule_started_over_stays_a_replay() -> None
     assert r.verdict == "replayed-steps"
     assert "relative-step-counter" not in r.report.note_codes
 
+
+
+def test_yolo_rows_with_a_bar_after_them() -> None:
+    header = "      Epoch    GPU_mem   box_loss   obj_loss   cls_loss  Instances       Size"
+    lines = []
+    for e in range(3):
+        lines += [header, f"      {e}/299      10.2G    0.0{9 - e}632    0.03235    0.03949         23        640: 100% 15/15 [00:08<00:00,  1.79it/s]",
+                  "                 Class     Images  Instances          P          R      mAP50   mAP50-95: 100% 1/1 [00:01<00:00,  1.11s/it]",
+                  "                   all         51         87     0.0569      0.023     0.0474     0.0197"]
+    lines.append("      3/299      10.2G    0.05632    prose here  23   640: 100% 15/15")  # a cell that is no number: no row
+    points = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]
+    assert [(p.step, p.loss, p.axis, p.fmt) for p in points] == [
+        (0, 0.09632, EPOCH_AXIS, "columns"), (1, 0.08632, EPOCH_AXIS, "columns"), (2, 0.07632, EPOCH_AXIS, "columns")]

@@ -312,6 +312,10 @@ class LossLogParser:
     def _read_tokens(
         self, text: str, body: str, tokens: lt.Tokens, wall: float | None, line_no: int, tag_rank: int | None
     ) -> list[LogEvent]:
+        if self.columns is not None and tokens.fields and not self._columns_md:
+            row = self._row(body, line_no, tag_rank)  # a row with a progress bar after it (YOLO)
+            if row is not None:
+                return row
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
         kinds = lt.meanings(tokens)
@@ -349,14 +353,21 @@ class LossLogParser:
                 self.columns, self._columns_md, self.plain = header, markdown, False
                 return self.emit_pending()
         if self.columns is not None:
-            fields = table_row(body, self.columns, markdown=self._columns_md)
-            if fields is not None:
-                kinds = tuple(lk.classify_key(f.key) for f in fields)
-                reading = apply(plan_for(kinds, tuple((f.key, "") for f in fields)), [f.value for f in fields], [None] * len(fields))
-                rec = self.record(reading, None, None)
-                if rec is not None and (rec.step is not None or rec.epoch is not None):
-                    rec.line_no, rec.fmt = line_no, "columns"
-                    return self.accept(rec, tag_rank)
+            return self._row(body, line_no, tag_rank) or []
+        return []
+
+    def _row(self, body: str, line_no: int, tag_rank: int | None) -> list[LogEvent] | None:
+        """A row under the column header: its events; None: the line is no row."""
+        assert self.columns is not None
+        fields = table_row(body, self.columns, markdown=self._columns_md)
+        if fields is None:
+            return None
+        kinds = tuple(lk.classify_key(f.key) for f in fields)
+        reading = apply(plan_for(kinds, tuple((f.key, "") for f in fields)), [f.value for f in fields], [f.total for f in fields])
+        rec = self.record(reading, None, None)
+        if rec is not None and (rec.step is not None or rec.epoch is not None):
+            rec.line_no, rec.fmt = line_no, "columns"
+            return self.accept(rec, tag_rank)
         return []
 
     def record(self, r: Reading, counter: tuple[int, int] | None, counter_epoch: int | None) -> Record | None:
