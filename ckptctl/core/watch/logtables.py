@@ -53,9 +53,9 @@ def table_header(text: str) -> tuple[str, ...] | None:
 
 
 #: A cell with a unit glued to its number (YOLO's ``GPU_mem`` ``10.2G``): not a number, not prose.
-_UNIT_CELL_RE = re.compile(r"\d+(?:\.\d+)?[KMGT]i?B?")
+_UNIT_CELL_RE = re.compile(r"(?<![\d.])\d{1,15}(?:\.\d{1,15})?[KMGT]i?B?")  # (?<!) and bounds: linear in a search too
 #: A position cell ``N/T`` (YOLO's epoch ``3/299``).
-_COUNT_CELL_RE = re.compile(r"(\d{1,9})/(\d{1,9})")
+_COUNT_CELL_RE = re.compile(r"(?<!\d)(\d{1,9})/(\d{1,9})")
 
 
 def table_row(text: str, columns: tuple[str, ...], *, markdown: bool) -> tuple[Field, ...] | None:
