@@ -226,6 +226,23 @@ LINES = [
      "nccl-system-error", {}),
     ("OSError: [Errno 28] No space left on device: '/ckpt/run7/step_48000/__3_0.distcp'", "disk-full", {}),
     ("\x1b[31mRuntimeError: CUDA error: an illegal memory access was encountered\x1b[0m", "cuda-illegal-address", {}),
+    # issue 22, open-world families (cls22): GPU drivers without an XID, JAX/XLA, Grid Engine,
+    # Moab, older UCX, EFA errors of any wording, Ray's actor record, salloc
+    ("Nov 21 13:07:55 dgx-h2-31 kernel: NVRM: GPU3 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 5512009 heartbeat 90122",
+     "nvrm-gsp-timeout", {"host": "dgx-h2-31"}),
+    ("[Mon Nov 23 18:02:13 2026] amdgpu 0000:29:00.0: amdgpu: Ring comp_1.2.0 reset failed", "amdgpu-reset-failed", {"gpu": "0000:29:00"}),
+    ("amdgpu 0000:29:00.0: amdgpu: ring comp_1.2.0 timeout, signaled seq=881204, emitted seq=881207", "amdgpu-ring-timeout", {}),
+    ("2026-11-24 09:17:48.004512: E external/xla/xla/tsl/distributed_runtime/coordination/coordination_service.cc:1170] /job:jax_worker/replica:0/task:11 has been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:11 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
+     "xla-coordination-task-error", {"rank": "11"}),
+    ("failed       37  : qmaster enforced h_rt, h_cpu, or h_vmem limit", "sge-failed-limit", {"code": "37"}),
+    ("failed       8   : in prolog", "sge-failed-host", {"code": "8"}),
+    ("MOAB_INFO:  job exceeded wallclock limit", "moab-wallclock", {}),
+    ("[gpu-node-12:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)",
+     "ucx-link-error", {"host": "gpu-node-12", "code": "Transport retry count exceeded"}),
+    ("libfabric:2231:1763977412::efa:cq:efa_rdm_pke_handle_tx_error():512<warn> err: 5, message: Remote peer is in an unexpected state My EFA addr: fi_addr_efa://[fe80::1]:0:8 My host id: i-04c1d2e3f4a5b6c70 Peer EFA addr: fi_addr_efa://[fe80::2]:0:5 Peer host id: i-0aa12bb34cc56dd78 (12)",
+     "efa-error-other", {"peer": "i-0aa12bb34cc56dd78"}),
+    ("The actor is dead because its node has died. Node Id: 3f0b9e2d7a6c5148e1d2c3b4a5968778", "ray-actor-node-died", {}),
+    ("salloc: error: Node failure on a100-08", "slurm-node-failure", {"host": "a100-08"}),
 ]  # fmt: skip
 
 
@@ -254,6 +271,8 @@ QUIET = [
     "eval | loss 1.93 | inference took 12.1 s",
     "[inductor] cache: 12 entries evicted (LRU)",
     "Jan 14 03:12:44 gpu-node-3 kubelet[2211]: eviction manager: attempting to reclaim memory",
+    "amdgpu 0000:29:00.0: amdgpu: Ring comp_1.2.0 reset succeeded",
+    "summary: 3 checks failed    (see report)",
 ]
 
 

@@ -159,3 +159,37 @@ def test_real_torchrun_gloo_crash_is_not_a_job_fault(tmp_path: Path, crash_rank:
     signatures = {t["id"] for t in doc["signatures"]}
     if "Connection closed by peer" in log.read_text():
         assert "gloo-peer-closed" in signatures
+
+
+def classify_open_world(name: str) -> dict[str, Any]:
+    return ops.classify_logs([str(REPO / "tests" / "fixtures" / "logs_openworld" / name)], jobs=1).to_json()
+
+
+def test_jax_coordination_service_lines_are_consequences_not_a_preemption() -> None:
+    """XLA's "the remote task has failed, got preempted, or crashed" lists possibilities:
+    alone, the verdict is unknown (it said preemption/high before cls22)."""
+    doc = classify_open_world("o_jax_coordination_heartbeat_only")
+    assert doc["category"] == "unknown" and doc["confidence"] == "low"
+    assert {e["signature"] for e in doc["evidence"]} >= {"xla-coordination-task-error", "xla-coordination-agent-error"}
+
+
+def test_amdgpu_failed_reset_names_the_gpu_from_the_driver_prefix() -> None:
+    doc = classify_open_world("o_amdgpu_ring_timeout_reset_failed")
+    assert (doc["category"], doc["root_cause"]["signature"]) == ("infra", "amdgpu-reset-failed")
+    assert [g["pci_bus_id"] for g in doc["gpus"]] == ["0000:29:00"]
+
+
+def test_grid_engine_limit_is_a_low_confidence_preemption_that_says_how_to_tell() -> None:
+    """qacct's failed 37 does not say whether h_rt or h_vmem was hit: low confidence, and
+    the action names the fields that settle it."""
+    doc = classify_open_world("o_sge_qacct_h_rt_limit")
+    assert (doc["category"], doc["confidence"]) == ("preemption", "low")
+    assert "h_rt" in doc["action"] and "h_vmem" in doc["action"]
+    host = classify_open_world("o_sge_qacct_prolog_failed")
+    assert (host["category"], host["root_cause"]["signature"]) == ("infra", "sge-failed-host")
+
+
+def test_rays_actor_record_names_the_node_the_actor_died_with() -> None:
+    doc = classify_open_world("o_ray_actor_record_node_died")
+    assert (doc["category"], doc["root_cause"]["signature"]) == ("infra", "ray-actor-node-died")
+    assert doc["suspect_hosts"] == ["10.40.2.23"] and doc["hosts"] == []  # not drained on Ray's word

@@ -53,6 +53,9 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
          r"(?:[\w./+-]*\[?[\w./+-]+:\d+(?:\]\([^)\s]{0,200}\))?\s+)?NCCL\s+(?:WARN|INFO|TRACE|ABORT|ERROR)\b"),
         # UCX: "[1712345678.123456] [gpu-a12:12345:0]   ib_mlx5_log.c:179  UCX  ERROR ..."
         ("ucx", r"^\[\d+\.\d+\]\s+\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+)(?::\w+)*\]\s"),
+        # UCX's own prefix without the clock (older releases, error dumps):
+        # "[gpu-a12:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on ..."
+        ("ucx-proc", r"^\[(?P<host>" + _HOSTNAME + r"):(?P<pid>\d+):\d+:\d+\]\s"),
         # pdsh (DeepSpeed's multi-node runner): "gpu-e4: [rank11]: ..."
         # (the digit is found by a lookahead, the label read possessively: "[a-z0-9-]*\d[a-z0-9-]*"
         # backtracked quadratically on a long "a0a0..." line)
@@ -67,7 +70,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("torch-rank", r"\[(?:rank:?\s?|(?:PG\b[^\]]*?\s)?Rank\s)(?P<rank>\d+)\]"),
         # Slurm: "srun: error: gpu-v2: task 3: ...", "Node failure on gpu-c07", "*** JOB 1 ON host CANCELLED AT"
         ("srun-task", r"srun: error: (?P<host>" + _HOSTNAME + r"): tasks? (?P<rank>\d+)"),
-        ("srun-node", r"srun: error: Node failure on (?P<host>" + _HOSTNAME + ")"),
+        ("srun-node", r"\b(?:srun|salloc|sbatch): error: Node failure on (?P<host>" + _HOSTNAME + ")"),
         ("slurmstepd", r"\*\*\* (?:JOB|STEP) \S+ (?:ON (?P<host>" + _HOSTNAME + r") )?CANCELLED AT (?P<time>\S+)"),
         ("srun-label", r"^(?P<rank>\d{1,5}): "),
         # torchrun failure table: "  host      : gpu-a1", "  rank      : 3 (local_rank: 3)", "  exitcode  : -9 (pid: 1)"
@@ -97,6 +100,12 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # Ray: "(raylet, ip=10.0.0.7)", "(RayWorkerWrapper pid=11305, ip=10.0.0.7)", "at node (ID: ..., IP: 10.0.0.7)",
         # "... and address: 10.0.0.7 and node name: gpu-r3 has been marked dead"
         ("ray-node-name", r"\band node name: (?P<host>" + _HOSTNAME + r") has been marked dead"),
+        # older Ray: "The node with node id: 8f20... and ip: 10.0.0.7 has been marked dead";
+        # a task's node: "Task failed because the node it was running on is dead ... Node IP: 10.0.0.7,"
+        ("ray-node-ip", r"\bnode id: [0-9a-f]+ and (?:ip|address): (?P<host>" + _IP + r") has been marked dead"),
+        ("ray-task-node-ip", r"\bis dead or unavailable\. Node IP: (?P<host>" + _IP + r"),"),
+        # "The actor is dead because its owner has died. Owner Id: ... Owner Ip address: 10.0.0.7 ..."
+        ("ray-owner-ip", r"\bOwner Ip address: (?P<host>" + _IP + r")\b"),
         ("ray-ip", r"(?:\((?:[\w.]+,? )?(?:pid=\d+, )?ip=|\bat node \(ID: [0-9a-f]+, IP: )(?P<host>" + _IP + r")\)"),
         # an IP and the host behind it: reverse DNS (host / dig -x / nslookup) and /etc/hosts
         ("reverse-dns", r"(?P<peer>" + _IP + r")\.in-addr\.arpa\.?\s+(?:domain name pointer|name =|\d*\s*IN\s+PTR)\s+"
@@ -111,7 +120,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("xid-cause", r"\b(?:due to|after|caused by|following|because of|triggered by)\s+(?:an?\s+)?"
          r"(?:earlier\s+|previous\s+|prior\s+)?(?:Xid|XID)\s*(?P<cause_xid>\d+)"),
         # GPUs: the kernel's PCI bus id; a CUDA index
-        ("pci", r"(?:PCI:|\bGPU ?|\bnvidia |NVIDIA GPU )(?P<gpu>" + _PCI + r")\b"),
+        ("pci", r"(?:PCI:|\bGPU ?|\bnvidia |NVIDIA GPU |\bamdgpu )(?P<gpu>" + _PCI + r")\b"),
         ("gpu-index", r"\b(?:GPU |cuda:|Device: )(?P<gpu_index>\d{1,2})\b"),
         # timestamps of other shapes: glog ("E0302 04:21:13.118000", "[E302 04:21:11.33]") and ISO
         ("glog-time", r"^(?:\[\w+\]:)*\[?[IWEF](?P<time>\d{3,4} \d\d:\d\d:\d\d\.\d+)"),
@@ -121,7 +130,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _IPV4 = re.compile(r"^" + _IP + "$")
-_NOT_HOSTS = frozenset({"localhost", "localhost.localdomain", "kernel", "unknown", "none", "n/a"})
+_NOT_HOSTS = frozenset({"localhost", "localhost.localdomain", "127.0.0.1", "kernel", "unknown", "none", "n/a"})
 #: A "host" that is really a source file ("[socket.cpp:1017]") or a log word.
 _NOT_A_HOST = re.compile(
     r"\.(?:c|cc|cpp|cu|h|hpp|py|rs|go|java|log|txt)$|^(?:rank|task|step|epoch|iter|iteration)\d*$",
