@@ -1,10 +1,11 @@
 """Score ``ckptctl watch`` on labelled resume corpora, one folder at a time, and on the
 replay corpus.
 
-Default: the project's realistic corpus (tests/fixtures/losslogs_realistic/), its blind
+Default: the project's realistic corpus (tests/fixtures/losslogs_realistic/), its open-world
+batch (tests/fixtures/losslogs_openworld/: line shapes met in real logs, written by us), its blind
 held-out corpus (tests/fixtures/losslogs_holdout/) and the replay corpus
 (tests/fixtures/losslogs_replay/). ``--corpus DIR`` (repeatable) names others in place
-of the first two; ``--replay-corpus DIR`` another replay corpus. Two label formats are read:
+of the first three; ``--replay-corpus DIR`` another replay corpus. Two label formats are read:
 
 * ``labels.json`` (the project's): ``{file: {"verdict": V, "notes": [codes]}}``; every
   log is read whole by ``ckptctl.ops.watch.watch_log`` (what ``ckptctl watch LOG``
@@ -65,7 +66,7 @@ from ckptctl.errors import CkptctlError
 from ckptctl.ops.watch import WatchResult, watch_lines, watch_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
-CORPORA = (FIXTURES / "losslogs_realistic", FIXTURES / "losslogs_holdout")
+CORPORA = (FIXTURES / "losslogs_realistic", FIXTURES / "losslogs_openworld", FIXTURES / "losslogs_holdout")
 REPLAY_CORPUS = FIXTURES / "losslogs_replay"
 RESTORE_CORPUS = FIXTURES / "losslogs_restore"
 MISSED = ("continuous", "insufficient-data")

@@ -352,7 +352,7 @@ def test_simple_dicts_read_as_literal_eval_reads_them(body: str) -> None:
 def _corpus_logs() -> list[list[str]]:
     """Every watch corpus log (the files of case folders too), as physical lines."""
     out = []
-    for folder in ("losslogs", "losslogs_holdout", "losslogs_realistic"):
+    for folder in ("losslogs", "losslogs_holdout", "losslogs_realistic", "losslogs_openworld"):
         for path in sorted((CORPUS.parent / folder).rglob("*")):
             if path.is_file() and path.suffix not in (".json", ".py", ".yaml", ".md"):
                 out.append(path.read_text(errors="replace").split("\n"))

@@ -119,12 +119,12 @@ from ckptctl.core.watch.model import (
     fmt_num,
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
+from ckptctl.core.watch.relcounter import relative_offset
 from ckptctl.core.watch.resume import (
     assign_steps,
     checkpoint_holds_step,
     log_interval_and_gap,
     lost_line_gaps,
-    relative_offset,
     segment,
     step_convention,
     stitch,
@@ -326,7 +326,7 @@ def _relative_counter(
 ) -> list[Segment]:
     """"Resumed from step 800" then "Step 1", or "Step 1 (after resuming)": the counter is
     relative to the restore; the resumed run's steps read as its start + counter
-    (``resume.relative_offset``; else the segments as they are)."""
+    (``relcounter.relative_offset``; else the segments as they are)."""
     resumed = post_segments[0]
     offset, said = relative_offset(resumed, pre_segments, rs, r.logged_steps, history_start, r.interval)
     if offset is None:

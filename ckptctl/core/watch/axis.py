@@ -70,7 +70,8 @@ def choose_axis(points: Sequence[LossPoint]) -> Axis:
     counts = Counter(p.axis for p in points if p.step is not None)
     if not counts:
         return Axis()
-    name = max(counts, key=lambda a: (counts[a], -_FINENESS.index(a) if a in _FINENESS else -9))
+    moving = _advancing(points) if len(counts) > 1 else set(counts)
+    name = max(counts, key=lambda a: (a in moving, counts[a], -_FINENESS.index(a) if a in _FINENESS else -9))
     if name == EPOCH_BATCH_AXIS:
         lens = Counter(p.epoch_len for p in points if p.axis == name and p.epoch_len)
         return Axis(name, lens.most_common(1)[0][0] if lens else None)
@@ -79,6 +80,22 @@ def choose_axis(points: Sequence[LossPoint]) -> Axis:
         if length is not None:
             return Axis(EPOCH_BATCH_AXIS, length, composed=True)
     return Axis(name)
+
+
+def _advancing(points: Sequence[LossPoint]) -> set[str]:
+    """The axes on which some point comes after the previous one of its axis. On the others the
+    position never goes forward: no position at all (a progress bar's ``190/190 [.., loss=0.9]``
+    drawn once per epoch with no epoch on its line, beside the epoch's summary line)."""
+    last: dict[str, int] = {}
+    moving: set[str] = set()
+    for p in points:
+        if p.step is None:
+            continue
+        prev = last.get(p.axis)
+        if prev is not None and p.step > prev:
+            moving.add(p.axis)
+        last[p.axis] = p.step
+    return moving
 
 
 def per_epoch_counter(points: Sequence[LossPoint]) -> int | None:

@@ -314,6 +314,18 @@ def line_shape(text: str) -> str:
     return text.translate(_SHAPE_TABLE)
 
 
+_EXPONENT_RE = re.compile(r"(?<=\d)[eE][-+]?(?=\d)")
+
+
+_RECORD_SHAPE_TABLE = str.maketrans("", "", "0123456789. \t")
+
+
+def record_shape(text: str) -> str:
+    """``line_shape`` without the points and exponents of numbers: one logger's records share it
+    whether a value prints as ``100``, ``35.42`` or ``1.54e+02`` (speechbrain's ``valid CER: ...``)."""
+    return (_EXPONENT_RE.sub("", text) if "e" in text or "E" in text else text).translate(_RECORD_SHAPE_TABLE)
+
+
 def failure_line(text: str) -> bool:
     """The line says the run failed (a traceback, the scheduler or launcher reporting it)."""
     return _FAILURE_RE.search(text) is not None

@@ -23,6 +23,10 @@ KEY_VOCABULARY: tuple[str, ...] = (
     "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
     "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
 )  # fmt: skip
+#: Words a logger glues to ``loss`` (fairseq-lua's ``trainloss``, ``validloss``, ``testloss``):
+#: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
+_GLUED_LOSS_PREFIXES = ("train", "training", "total", "valid", "val", "test", "eval", "dev", "lm", "avg", "mean")
+KEY_VOCABULARY += tuple(p + "loss" for p in _GLUED_LOSS_PREFIXES)
 #: A line that can carry a field with a meaning has a vocabulary word between non-letters
 #: (a key's words are split at ``_ . / -`` and blanks; a digit or other sign next to a
 #: word only makes it longer, never shorter).
@@ -74,10 +78,19 @@ _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "s
 _KEY_SPLIT_RE = re.compile(r"[_\s/.\-]+")
 
 
+_GLUED_LOSS = frozenset(p + "loss" for p in _GLUED_LOSS_PREFIXES)
+
+
 @functools.lru_cache(maxsize=4096)
 def key_words(key: str) -> tuple[str, ...]:
-    """The words of a key (``lm_loss`` -> ``lm``, ``loss``)."""
-    return tuple(w for w in _KEY_SPLIT_RE.split(key) if w)
+    """The words of a key (``lm_loss`` -> ``lm``, ``loss``; ``trainloss`` -> ``train``, ``loss``)."""
+    words: list[str] = []
+    for w in _KEY_SPLIT_RE.split(key):
+        if w in _GLUED_LOSS:
+            words += (w[:-4], "loss")
+        elif w:
+            words.append(w)
+    return tuple(words)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -153,7 +166,7 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     return None
 
 
-_MAYBE_COUNTER_RE = re.compile(r"\d/[\d?]")
+_MAYBE_COUNTER_RE = re.compile(r"\d[ \t]*/[ \t]*[\d?]")
 
 
 def is_meaningless(text: str) -> bool:

@@ -22,6 +22,7 @@ from ckptctl.core.watch.logevents import (
     LogEvent,
     LossPoint,
     RestartDetector,
+    record_shape,
 )
 from ckptctl.core.watch.logplan import (
     OP_DICT_SEC,
@@ -56,6 +57,7 @@ class Parser(Protocol):
     in_eval: bool
     last_bar_step: int | None
     epoch_ctx: int | None
+    epoch_header: int | None
     fast_stamp: tuple[str, int]
     restarts: RestartDetector
     unread_samples: list[str]
@@ -149,7 +151,7 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
     fmt = dialect(text)
     relative = RELATIVE_RE.search(text) is not None
     source = _codegen(plan, groups, totals, convs, cgroups, nums, dict_style=None, weak=tokens.is_eval)
-    return _compile(t, source, fmt, p.point_fmt(fmt), relative)
+    return _compile(t, source, fmt, p.point_fmt(fmt), relative, record_shape(text) if t.shape is not None else "")
 
 
 def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: Numbers, p: Parser) -> bool:
@@ -172,19 +174,19 @@ def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: N
     convs = [_conv(nums.text[a]) for a in starts]
     keys_ok = style != "hf" or bool({"epoch", "learning_rate", "grad_norm"} & set(d))
     source = _codegen(plan, groups, [-1] * len(groups), convs, None, nums, dict_style=(style, keys_ok))
-    return _compile(t, source, style, p.point_fmt(style), False)
+    return _compile(t, source, style, p.point_fmt(style), False, t.shape or "")
 
 
 def _fc(s: str) -> float:
     return float(s.replace(",", ""))
 
 
-def _compile(t: Template, source: str | None, fmt: str, point_fmt: str, relative: bool) -> bool:
+def _compile(t: Template, source: str | None, fmt: str, point_fmt: str, relative: bool, shape: str) -> bool:
     if source is None:
         return False
     namespace: dict[str, Any] = {
         "_f": float, "_fc": _fc, "_new": tuple.__new__, "_LP": LossPoint, "_INFS": (float("inf"), float("-inf")),
-        "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": point_fmt, "_shape": (t.shape or "")[:SHAPE_CHARS],
+        "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": point_fmt, "_shape": shape[:SHAPE_CHARS],
         "_relative": relative, "_STEP": STEP_AXIS, "_EPOCH": EPOCH_AXIS, "_EPOCH_BATCH": EPOCH_BATCH_AXIS,
     }  # fmt: skip
     code = compile(source, "<ckptctl.logfast template>", "exec")
@@ -336,7 +338,8 @@ def _codegen(
         redraw = "redraw"
     if has_epoch:
         L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
-    L += ["    if step is None: return None", "    P.in_eval = False"]
+    # (LossLogParser.record: a line with a loss ends an "Epoch 3/20" header's reach)
+    L += ["    if step is None: return None", "    P.in_eval = False", "    P.epoch_header = None"]
     if weak:
         L.append("    if _shape not in P.weak_shapes: return None")  # (the first of its shape: held by the reader)
         L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")

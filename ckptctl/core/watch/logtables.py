@@ -52,18 +52,37 @@ def table_header(text: str) -> tuple[str, ...] | None:
     return None
 
 
+#: A cell with a unit glued to its number (YOLO's ``GPU_mem`` ``10.2G``): not a number, not prose.
+_UNIT_CELL_RE = re.compile(r"(?<![\d.])\d{1,15}(?:\.\d{1,15})?[KMGT]i?B?")  # (?<!) and bounds: linear in a search too
+#: A position cell ``N/T`` (YOLO's epoch ``3/299``).
+_COUNT_CELL_RE = re.compile(r"(?<!\d)(\d{1,9})/(\d{1,9})")
+
+
 def table_row(text: str, columns: tuple[str, ...], *, markdown: bool) -> tuple[Field, ...] | None:
-    """The fields of a row under ``columns`` (blank-separated rows: every cell a number), else None."""
+    """The fields of a row under ``columns``, else None.
+
+    Blank-separated rows: every cell a number, or (YOLO's ``  3/299  10.2G  0.0863  0.0324
+    0.0395  23  640: 100% 15/15 [00:08<00:00]``, its header printed again before every epoch) a
+    position cell ``N/T`` (the epoch N of T), cells with a unit glued (``10.2G``), and after the
+    last cell a ``:`` and a progress bar, which is no cell."""
     if markdown != is_markdown_row(text):
         return None
     cells = _cells(text)
+    if not markdown and len(cells) > len(columns):
+        head, colon, _bar = text.partition(":")
+        cells = head.split() if colon else cells
     if len(cells) != len(columns):
         return None
     fields: list[Field] = []
     for key, cell in zip(columns, cells, strict=True):
         value = parse_float(cell) if cell else None
         if value is None:
-            if not markdown:
+            if markdown:
+                continue
+            count = _COUNT_CELL_RE.fullmatch(cell)
+            if count is not None and lk.classify_key(key) in ((lk.EPOCH, 0), (lk.STEP, 0), (lk.STEP, 2), (lk.STEP, 3)):
+                fields.append(Field(key, float(count.group(1)), float(count.group(2))))
+            elif _UNIT_CELL_RE.fullmatch(cell) is None:
                 return None
             continue
         fields.append(Field(key, value))

@@ -99,9 +99,18 @@ class Tokens(NamedTuple):
     the epoch the counter counts within, when the line names no epoch."""
 
 
+#: Typographic quotes a log gets when pasted through a rich-text editor (an issue, a wiki, a
+#: chat): ``{‘loss’: 1.45}`` reads as ``{'loss': 1.45}``.
+_TYPOGRAPHIC_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
+                                     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"'})
+
+
 def clean_line(raw: str) -> tuple[str, int | None]:
-    """Strip ANSI codes and up to two torchrun tags; return (text, rank from the tag)."""
+    """Strip ANSI codes and up to two torchrun tags, straighten typographic quotes; return (text,
+    rank from the tag)."""
     text = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    if not text.isascii():
+        text = text.translate(_TYPOGRAPHIC_QUOTES)
     text = text.strip("\n")
     rank: int | None = None
     for _ in range(2 if text.startswith("[") else 0):
@@ -182,11 +191,14 @@ _FIELD_RE = re.compile(
 )
 #: Words before ``N steps`` that make it a length, not a position ("for another 50 steps").
 _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "remaining", "next", "first", "last", "every"})
-#: A bare ``N/T`` (a progress bar's), or one in brackets (``[ 120/500]``, ``(12/300)``) with the
-#: number just before it (``Train: 3 [ 120/500``, ``[3][120/500]``: the epoch it counts within).
+#: A bare ``N/T`` (a progress bar's; blanks around the slash too: ``2000 / 8223``, ``200/ 2983
+#: batches``), or one in brackets (``[ 120/500]``, ``(12/300)``) with the number just before it
+#: (``Train: 3 [ 120/500``, ``[3][120/500]``: the epoch it counts within). A date before a time
+#: of day (``08/18 11:56:34``, ``[11/21 01:57:00]``: a logger's prefix) is no counter.
+_NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d)"
 _COUNTER_RE = re.compile(
-    r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})/(?P<t>\d{1,15}|\?)(?=[\s\[]|$)"
-    r"|(?:(?<![\w.])(?P<outer>\d{1,9})\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])"
+    r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[]|$)" + _NOT_A_DATE
+    + r"|(?:(?<![\w.])(?P<outer>\d{1,9})\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
 )
 _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
 _NUM_RE = re.compile(_NUM)

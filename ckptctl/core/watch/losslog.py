@@ -58,8 +58,8 @@ from ckptctl.core.watch.logevents import (
     LogEvent,
     LossPoint,
     RestartDetector,
-    line_shape,
     match_marker,
+    record_shape,
 )
 from ckptctl.core.watch.logplan import (
     DIALECTS,
@@ -159,6 +159,9 @@ class LossLogParser:
         """A Markdown code fence was seen: lines outside fences are prose (only tables and restore lines count)."""
         self._in_fence = False
         self.epoch_ctx: int | None = None
+        self.epoch_header: int | None = None
+        """The epoch an ``Epoch 3/20`` line just named, until a loss comes: Keras's one-line
+        summary of the epoch below it (``3083s - loss: 1.72 - acc: 0.59``, verbose=2) has no step."""
         self.last_bar_step: int | None = None
         self.pending: Record | None = None
         self.in_eval = False
@@ -309,6 +312,10 @@ class LossLogParser:
     def _read_tokens(
         self, text: str, body: str, tokens: lt.Tokens, wall: float | None, line_no: int, tag_rank: int | None
     ) -> list[LogEvent]:
+        if self.columns is not None and tokens.fields and not self._columns_md:
+            row = self._row(body, line_no, tag_rank)  # a row with a progress bar after it (YOLO)
+            if row is not None:
+                return row
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
         kinds = lt.meanings(tokens)
@@ -325,7 +332,7 @@ class LossLogParser:
         if rec is None:
             return []
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
-        rec.shape = line_shape(text)[:SHAPE_CHARS]
+        rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
         rec.relative = RELATIVE_RE.search(text) is not None
         if rec.step is not None or rec.epoch is not None:
@@ -346,14 +353,21 @@ class LossLogParser:
                 self.columns, self._columns_md, self.plain = header, markdown, False
                 return self.emit_pending()
         if self.columns is not None:
-            fields = table_row(body, self.columns, markdown=self._columns_md)
-            if fields is not None:
-                kinds = tuple(lk.classify_key(f.key) for f in fields)
-                reading = apply(plan_for(kinds, tuple((f.key, "") for f in fields)), [f.value for f in fields], [None] * len(fields))
-                rec = self.record(reading, None, None)
-                if rec is not None and (rec.step is not None or rec.epoch is not None):
-                    rec.line_no, rec.fmt = line_no, "columns"
-                    return self.accept(rec, tag_rank)
+            return self._row(body, line_no, tag_rank) or []
+        return []
+
+    def _row(self, body: str, line_no: int, tag_rank: int | None) -> list[LogEvent] | None:
+        """A row under the column header: its events; None: the line is no row."""
+        assert self.columns is not None
+        fields = table_row(body, self.columns, markdown=self._columns_md)
+        if fields is None:
+            return None
+        kinds = tuple(lk.classify_key(f.key) for f in fields)
+        reading = apply(plan_for(kinds, tuple((f.key, "") for f in fields)), [f.value for f in fields], [f.total for f in fields])
+        rec = self.record(reading, None, None)
+        if rec is not None and (rec.step is not None or rec.epoch is not None):
+            rec.line_no, rec.fmt = line_no, "columns"
+            return self.accept(rec, tag_rank)
         return []
 
     def record(self, r: Reading, counter: tuple[int, int] | None, counter_epoch: int | None) -> Record | None:
@@ -375,7 +389,9 @@ class LossLogParser:
             # "Epoch 3/20" on its own line (Keras): the epochs count from 1
             assert rec.epoch is not None
             self.epoch_ctx = int(rec.epoch) - 1
+            self.epoch_header = int(rec.epoch)
             return None
+        header, self.epoch_header = self.epoch_header, (self.epoch_header if rec.loss is None else None)
         if rec.step is None and counter is not None and rec.loss is not None:
             # a progress bar (or a bracketed counter) counts within the epoch: epoch x total + n;
             # with no epoch at all the counter is the step (Lightning's "Training: | 5050/?")
@@ -390,6 +406,10 @@ class LossLogParser:
             rec.from_bar = True
         elif rec.step is None and whole_epoch and rec.loss is not None and rec.epoch is not None:
             rec.step, rec.axis = int(rec.epoch), EPOCH_AXIS  # an epoch-indexed log: the epoch is the position
+        elif rec.step is None and rec.loss is not None and rec.epoch is None and header is not None and self.pending is None:
+            # the first loss under an "Epoch 3/20" line, with no step, counter or epoch of its
+            # own: that epoch's summary (Keras, verbose=2); the epoch is its position
+            rec.step, rec.epoch, rec.axis = header, float(header), EPOCH_AXIS
         return rec
 
     def accept(self, rec: Record, tag_rank: int | None, *, continues: bool = False) -> list[LogEvent]:

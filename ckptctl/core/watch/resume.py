@@ -477,34 +477,6 @@ def check_marker_steps(
     return [], []
 
 
-def relative_offset(
-    resumed: Segment,
-    pre_segments: Sequence[Segment],
-    resume_step: int | None,
-    logged_steps: bool,
-    first_step_ever: int | None,
-    interval: int,
-) -> tuple[int | None, str]:
-    """The step the resumed run's counter counts from, when it counts from the restore (and what
-    says so), else (None, "").
-
-    A restore line naming step R followed by a counter that starts again near the log's first
-    step (``Resumed from step 800`` then ``Step 1``): R. A counter whose lines say they count
-    from the resume (``Step 1 (after resuming)``): the checkpoint step given or named, else the
-    last step logged before the resume.
-    """
-    if not logged_steps or not near_start(resumed.first_step, first_step_ever, interval):
-        return None, ""
-    marker = resumed.marker
-    if marker is not None and marker.step is not None and not marker.step_in_path and marker.step > resumed.first_step + interval:
-        return marker.step, f"the restore line at line {marker.line_no}"
-    if resumed.points[0].relative and pre_segments:
-        if resume_step is not None:
-            return resume_step, "the checkpoint step"
-        return max(s.last_step for s in pre_segments), f"the last step logged before it (line {resumed.points[0].line_no})"
-    return None, ""
-
-
 def weights_only_marker(events: Sequence[LogEvent], after_line: int, until_line: int) -> ResumeMarker | None:
     """A line between ``after_line`` and ``until_line`` (the restore) saying the optimizer or
     scheduler state was not restored (``ResumeMarker.weights_only``)."""
