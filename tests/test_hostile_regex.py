@@ -37,7 +37,10 @@ MAX_GROWTH = 4.0
 #: about 0.1 s on the longest line a reader keeps (64 KiB).
 TIMEABLE_S = 0.00005
 #: Whatever the growth, a pattern this slow on the long line (or the short one) is a finding.
-MAX_LONG_S, MAX_SHORT_S = 1.0, 0.01
+#: The short line's budget per character stays 4x stricter than the long one's; at 0.01 s the
+#: field reader's key-word alternative (linear, ~4.4 us a character on "a a a ...") sat at 88% of
+#: it, and the test failed under a loaded machine's cache pressure with no superlinear pattern.
+MAX_LONG_S, MAX_SHORT_S = 1.0, 0.03
 #: One pass, no backtracking: the yardstick of a linear scan.
 _ONE_PASS = re.compile(r"[\x00-\U0010ffff](?!)")
 #: Every module whose patterns read log lines (watch: tokens, dialects, events, CSV; classify:
