@@ -25,8 +25,12 @@ METRICS = (
 
 
 # A restore: a verb of loading/resuming with a checkpoint-ish object (not "Loading dataset").
+# Also a run initialised from a checkpoint (torch-rnn's ``Initializing from cv/checkpoint_7000.t7``,
+# TF's ``Warm-starting from: ...``) and torchtitan's ``Training starts at step 401``.
 _RESTORE_RE = re.compile(
-    r"\b(?:resum\w*|restor\w*|load\w*|reload\w*|continu\w* (?:training|at|from)|start\w* training from)\b", re.IGNORECASE
+    r"\b(?:resum\w*|restor\w*|load\w*|reload\w*|continu\w* (?:training|at|from)|start\w* training from"
+    r"|initiali[sz]\w* from|warm[- ]?start\w*|training start\w* at (?:step|iteration|iter|epoch))\b",
+    re.IGNORECASE,
 )
 _SAVE_RE = re.compile(r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
 _CKPT_NOUN_RE = re.compile(
@@ -44,6 +48,15 @@ _PATH_STEP_RE = re.compile(
 _PATH_EPOCH_RE = re.compile(
     r"(?:\bepoch|[_/-]e)[_=-]?(\d{1,9})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b|[-_])", re.IGNORECASE
 )
+#: Loading what is no checkpoint: the data (OpenNMT-py's ``Loading dataset from data.train.0.pt``,
+#: a vocabulary, a shard, a tokenizer), whatever the file's extension; a line naming the
+#: checkpoint, the model, its weights, optimizer or state is a restore all the same.
+_DATA_LOAD_RE = re.compile(
+    r"\b(?:load\w*|read\w*|reload\w*)\s+(?:the\s+|a\s+)?(?:(?:train|training|valid|validation|dev|test|eval)\s+)?"
+    r"(?:dataset|datasets|data|vocab\w*|shards?|tokenizer|corpus|examples|features|index|cache)\b",
+    re.IGNORECASE,
+)
+_STRONG_CKPT_RE = re.compile(r"checkpoint|ckpt|\bmodel\b|\bweights\b|optimi[sz]er|\bstates?\b|state_dict", re.IGNORECASE)
 #: The number a restore line names is the first step (or epoch) of the resumed run, not the
 #: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
 _NAMES_NEXT_RE = re.compile(
@@ -138,7 +151,7 @@ LogEvent = LossPoint | ResumeMarker
 
 
 #: Every marker line holds one of these (lower case): most lines skip the regexes.
-MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint", "optim", "weights")
+MARKER_HINTS = ("resum", "restor", "load", "continu", "start", "sav", "writ", "checkpoint", "optim", "weights", "initiali")
 
 
 def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None) -> ResumeMarker | None:
@@ -163,6 +176,8 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
             return None
         if not _CKPT_NOUN_RE.search(body):
             return None
+        if restore is not None and _DATA_LOAD_RE.search(body) and not _STRONG_CKPT_RE.search(body):
+            return None  # loading the data, not a checkpoint
         fields = lt.tokenize(body).fields
         if save is not None:
             return ResumeMarker(

@@ -22,6 +22,7 @@ KEY_VOCABULARY: tuple[str, ...] = (
     "it", "step", "steps", "globalstep", "iter", "iteration", "iterations", "global", "updates",
     "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
     "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
+    "xent", "nll", "cost", "mse", "rmse", "mae", "entropy",
 )  # fmt: skip
 #: Words a logger glues to ``loss`` (fairseq-lua's ``trainloss``, ``validloss``, ``testloss``):
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
@@ -64,8 +65,12 @@ EVAL_LINE_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "
 _NOT_LOSS_WORDS = frozenset({"scale", "aux", "auxiliary", "balance", "router", "z", "epoch", "function", "fn", "type", "weight", "weights", "coef", "ratio"})
 _STEP_WORDS = {
     "global_step": 0, "globalstep": 0, "num_updates": 0, "updates": 1, "optimizer_step": 0,
-    "step": 2, "steps": 2, "iteration": 3, "iter": 3, "it": 4, "global": 2, "_step": 2,
+    "step": 2, "steps": 2, "iteration": 3, "iterations": 3, "iter": 3, "it": 4, "global": 2, "_step": 2,
 }  # fmt: skip
+#: A training loss named by its criterion, with no word "loss" (OpenNMT-py's ``xent: 4.05``, TF
+#: scripts' ``cost= 0.28``, ``RMSE_Train``): a loss only bare or with a training qualifier
+#: (``time cost``, ``batch_cost``, ``rmse_val`` are not), and after any key named loss.
+_CRITERION_WORDS = frozenset({"xent", "nll", "cost", "mse", "rmse", "mae", "cross_entropy", "crossentropy"})
 _LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss": 1, "lm_loss": 1,
                     "train/loss": 1, "train_loss_step": 0, "loss_step": 1, "train/loss_step": 0, "train/lm_loss": 1}  # fmt: skip
 
@@ -123,6 +128,9 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         if last == "loss" or (words[0] == "loss" and len(words) == 2 and words[1].isdigit()):
             return LOSS, 2
         return LOSS, 3  # a component (loss_cls, decoder_loss): only when nothing better
+    if wset & _CRITERION_WORDS or words[-2:] == ["cross", "entropy"]:
+        rest = wset - _CRITERION_WORDS - {"cross", "entropy"}
+        return (LOSS, 2) if rest <= _TRAIN_QUALIFIERS else None
     path = key.split("/")
     if len(path) > 1 and key_words(path[-2])[-1:] == ("time",):
         # a path metric's clock ("time/token", "time/sample", "time/batch"): a counter, not a duration

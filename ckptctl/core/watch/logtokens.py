@@ -167,7 +167,9 @@ _BRACKET_KEY = "iter"
 #   key words (separated by spaces only: "|", ",", ";", " - ", "]" end a key), an
 #   optional ":"/"=" (then "[" or "(" may open a value: lr=[3e-4]), the number, a
 #   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
-#   or a number followed by a unit word (503 ms/it, 5000 updates).
+#   or a number followed by a unit word (503 ms/it, 5000 updates); or a count glued before its
+#   word, alone or ending a range (espnet2's "8epoch:train:376-750batch:", "8/20epoch"); a
+#   number followed by "-<digit>" starts such a range and is no value of its own.
 #   Before those: a step-like word and a bracketed counter (mmengine's "Iter(train) [ 8200/40000]",
 #   Composer's "[batch=120/4800]", "step (120/4800)"): the counter is that step; an epoch with a
 #   bracketed number ("Epoch [3/90]", mmengine's "Epoch(train)  [3][120/500]").
@@ -183,9 +185,10 @@ _FIELD_RE = re.compile(
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
-    r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))"
+    r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
     r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?"
     r"|(?<![\w.])(?P<gkey>iter|it|step|steps|iteration|epoch|global_step)(?P<gnum>\d+)(?![\w.])"
+    r"|(?<![\w.-])(?:\d{1,15}-)?(?P<cnum>\d{1,15})(?:/(?P<ctotal>\d{1,9}))?(?P<cword>(?i:epoch|batch|iter))(?![A-Za-z])"
     r"|(?<![\w.])(?P<pnum>" + _NUM + r")[ \t]*(?P<punit>" + "ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps"
     + r")(?![A-Za-z])"
 )
@@ -243,6 +246,13 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                         m.start("enum"), m.start("etotal") if etotal else -1))
         elif m.group("gnum") is not None:
             out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
+        elif m.group("cnum") is not None:
+            # a count glued before its word (espnet2's "8epoch:train:376-750batch:", "8/20epoch"): a
+            # batch range's end counts within the epoch (read under the bracketed counter's key)
+            word = m.group("cword").lower()
+            ctotal = m.group("ctotal")
+            out.append((Field("epoch" if word == "epoch" else _BRACKET_KEY, float(m.group("cnum")), float(ctotal) if ctotal else None),
+                        m.start("cnum"), m.start("ctotal") if ctotal else -1))
         else:
             value = parse_float(m.group("pnum"))
             unit = m.group("punit").lower()

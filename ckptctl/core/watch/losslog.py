@@ -520,7 +520,7 @@ class LossLogParser:
         if loss is None or step is None:
             return Record()  # a validation row: the training loss cell is empty
         epoch = parse_float(row[h.epoch_col]) if h.epoch_col is not None else None
-        rec = Record(step=step, loss=loss, loss_rank=0, epoch=epoch)
+        rec = Record(step=step, loss=loss, loss_rank=0, epoch=epoch, axis=EPOCH_AXIS if h.epoch_axis else STEP_AXIS)
         for i, name in enumerate(h.names):
             meaning = lk.classify_key(name) if i not in (h.step_col, h.loss_col) else None
             value = parse_float(row[i]) if row[i].strip() else None
