@@ -151,13 +151,15 @@ def place_marker(marker: ResumeMarker, axis: Axis) -> ResumeMarker:
 def resume_window(resume_step: int, convention: str, gap_tol: float, axis: Axis, names_next: bool, on_epoch: bool) -> tuple[int, float]:
     """Where the resumed run's first position may be, given the checkpoint's position.
 
-    Step axis: ``resume_step`` (or the next step when steps are logged after the update) up to
-    the gap tolerance past it (also a step named on the epoch-batch axis). An epoch named
+    Step axis: ``resume_step`` (or the next step when steps are logged after the update, unless the
+    line named the step to run next) up to the gap tolerance past it (also a step named on the
+    epoch-batch axis). An epoch named
     (``on_epoch``: ``resume_step`` is the first position of that epoch E): from E up to the start of E + 1 plus the tolerance; exactly E when the line named
     the epoch to run next.
     """
     if not on_epoch:
-        lo = resume_step + 1 if convention == "after" else resume_step
+        # (a step the line named as the one to run next, torchtitan's "Training starts at step 401", is the first)
+        lo = resume_step + 1 if convention == "after" and not names_next else resume_step
         return lo, resume_step + gap_tol
     if names_next:
         return resume_step, resume_step + gap_tol

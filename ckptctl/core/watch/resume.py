@@ -153,8 +153,11 @@ def segment(
     for item in items:
         if item.marker is not None:
             # Several restore lines in a row ("Loading the checkpoint at step 500",
-            # "Finished loading the checkpoint"): the one that names a step wins.
-            if pending_marker is None or item.marker.step is not None or pending_marker.step is None:
+            # "Finished loading the checkpoint"): the one that names a step wins; a step the
+            # checkpoint's line names wins over the next one's ("Training starts at step 401"),
+            # so that the resumed run's first step is checked against the checkpoint's.
+            keep = pending_marker is not None and pending_marker.step is not None and not pending_marker.names_next and item.marker.names_next
+            if not keep and (pending_marker is None or item.marker.step is not None or pending_marker.step is None):
                 pending_marker = item.marker
             continue
         p = item.point
