@@ -66,6 +66,7 @@ _NOT_LOSS_WORDS = frozenset({"scale", "aux", "auxiliary", "balance", "router", "
 _STEP_WORDS = {
     "global_step": 0, "globalstep": 0, "num_updates": 0, "updates": 1, "optimizer_step": 0,
     "step": 2, "steps": 2, "iteration": 3, "iterations": 3, "iter": 3, "it": 4, "global": 2, "_step": 2,
+    "i": 5,  # a loop's index (torch-rnn's "Epoch 1.06 / 50, i = 21 / 17800, loss = 3.07"): last of all
 }  # fmt: skip
 #: A training loss named by its criterion, with no word "loss" (OpenNMT-py's ``xent: 4.05``, TF
 #: scripts' ``cost= 0.28``, ``RMSE_Train``): a loss only bare or with a training qualifier
