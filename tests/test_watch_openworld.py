@@ -143,3 +143,79 @@ def test_yolo_rows_with_a_bar_after_them() -> None:
     points = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]
     assert [(p.step, p.loss, p.axis, p.fmt) for p in points] == [
         (0, 0.09632, EPOCH_AXIS, "columns"), (1, 0.08632, EPOCH_AXIS, "columns"), (2, 0.07632, EPOCH_AXIS, "columns")]
+
+
+# -- round 2 (helper watch23b) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "meaning"),
+    [("xent", (lk.LOSS, 2)), ("cost", (lk.LOSS, 2)), ("nll", (lk.LOSS, 2)), ("rmse_train", (lk.LOSS, 2)),
+     ("train_cost", (lk.LOSS, 2)), ("cross_entropy", (lk.LOSS, 2)),
+     # a time or a batch's cost, an evaluation's error: no loss
+     ("time_cost", None), ("batch_cost", None), ("data_cost", None), ("rmse_val", None), ("val_xent", None),
+     ("iterations", (lk.STEP, 3)), ("number_of_skipped_iterations", None), ("i", (lk.STEP, 5))],
+)
+def test_criterion_named_losses_and_step_words(key: str, meaning: tuple[str, int] | None) -> None:
+    assert lk.classify_key(key) == meaning
+
+
+def test_a_key_named_loss_wins_over_a_criterion() -> None:
+    line = "[2026-11-23 00:01:50,050 INFO] Step 50/200000; acc:  28.54; ppl:  23.24; xent: 3.15; lr: 0.00020; 5050/265 tok/s;    150 sec"
+    points = [e for e in parse_lines([line, line.replace("Step 50/", "Step 100/")]) if isinstance(e, LossPoint)]
+    assert [(p.step, p.loss) for p in points] == [(50, 3.15), (100, 3.15)]
+    both = "step 7 | cost= 0.9 | loss 2.5"
+    assert [(p.step, p.loss) for p in parse_lines([both]) if isinstance(p, LossPoint)] == [(7, 2.5)]
+
+
+@pytest.mark.parametrize(
+    ("line", "fields"),
+    [
+        ("INFO: 8epoch:train:376-750batch: iter_time=9.8e-04, loss=1.568, lr_0=0.100",
+         [("epoch", 8.0), ("iter", 750.0), ("iter_time", 0.00098), ("loss", 1.568), ("lr_0", 0.1)]),
+        ("7epoch results: [train] loss=1.613", [("epoch", 7.0), ("loss", 1.613)]),
+        # a number followed by "-<digit>" starts a range: no value of its own (a date is no field either)
+        ("range: 12-40batch", [("iter", 40.0)]),
+    ],
+)
+def test_counts_glued_before_their_word(line: str, fields: list[tuple[str, float]]) -> None:
+    assert [(f.key, f.value) for f in _tokens(line).fields] == fields
+
+
+def test_espnet2_batch_ranges_compose_with_the_epoch() -> None:
+    lines = [f"INFO: {e}epoch:train:{b - 374}-{b}batch: iter_time=2.8e-04, loss={3 - e / 10 - b / 10000:.4f}, lr_0=1.0e-05"
+             for e in (1, 2, 3) for b in (375, 750, 1125, 1500)]
+    points = [p for p in parse_lines(lines) if isinstance(p, LossPoint)]
+    assert [(p.epoch, p.step) for p in points[:2]] == [(1.0, 375), (1.0, 750)]
+    # the counter within the epoch starts again at each epoch: composed with it, no restart
+    assert choose_axis(points).name == EPOCH_BATCH_AXIS
+    assert watch_lines(lines).verdict != "replayed-steps"
+
+
+def test_loading_data_from_a_pt_file_is_no_restore() -> None:
+    data = "[2019-03-21 18:35:23,631 INFO] Loading dataset from data/demo.train.3.pt, number of examples: 66620"
+    ckpt = "[2019-03-21 18:35:23,631 INFO] Loading checkpoint from models/model_step_4000.pt"
+    assert parse_lines([data]) == []
+    (marker,) = parse_lines([ckpt])
+    assert getattr(marker, "kind", None) == "restore" and getattr(marker, "step", None) == 4000
+
+
+@pytest.mark.parametrize(
+    ("line", "step", "names_next"),
+    [("Initializing from       cv/checkpoint_7000.t7", 7000, False),
+     ("[rank0]:[titan] 2026-11-23 03:00:00,010 - root - INFO - Loading the checkpoint at step 400.", 400, False),
+     ("[rank0]:[titan] 2026-11-23 03:00:11,322 - root - INFO - Training starts at step 401", 401, True)],
+)
+def test_restores_in_other_words(line: str, step: int, names_next: bool) -> None:
+    (marker,) = parse_lines([line])
+    assert (getattr(marker, "kind", None), getattr(marker, "step", None), getattr(marker, "names_next", None)) == ("restore", step, names_next)
+    assert parse_lines(["Initializing from scratch"]) == []
+
+
+def test_epoch_indexed_csv_has_the_epoch_as_position() -> None:
+    lines = ["epoch,accuracy,loss,lr,val_accuracy,val_loss", "0,0.50,1.20,0.001,0.60,1.10", "1,0.60,1.00,0.001,0.65,1.00"]
+    points = [p for p in parse_lines(lines) if isinstance(p, LossPoint)]
+    assert [(p.step, p.loss, p.axis, p.fmt) for p in points] == [(0, 1.2, EPOCH_AXIS, "lightning-csv"), (1, 1.0, EPOCH_AXIS, "lightning-csv")]
+    # no usual loss column: the one whose words name the training loss (never the validation's)
+    lines = ["Epoch ,LR ,RMSE_Train ,RMSE_Val", "    0 ,0.001 , 1434.09 ,1103.95", "    1 ,0.001 ,  873.64 , 921.05"]
+    assert [(p.step, p.loss) for p in parse_lines(lines) if isinstance(p, LossPoint)] == [(0, 1434.09), (1, 873.64)]
