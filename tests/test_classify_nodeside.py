@@ -82,9 +82,17 @@ def classify_text(tmp_path: Path, text: str) -> dict[str, Any]:
     return classify_logs([str(path)], jobs=1).to_json()
 
 
-@pytest.mark.parametrize(("case", "lines", "category", "confidence", "hosts", "root"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "lines", "category", "confidence", "hosts", "root"), CASES, ids=[c[0] for c in CASES]
+)
 def test_node_side_and_host_memory_families(
-    tmp_path: Path, case: str, lines: list[str], category: str, confidence: str, hosts: list[str], root: str | None
+    tmp_path: Path,
+    case: str,
+    lines: list[str],
+    category: str,
+    confidence: str,
+    hosts: list[str],
+    root: str | None,
 ) -> None:
     doc = classify_text(tmp_path, "\n".join(lines) + "\n")
     assert (doc["category"], doc["confidence"], doc["hosts"]) == (category, confidence, hosts), case
@@ -94,13 +102,18 @@ def test_node_side_and_host_memory_families(
 
 
 def classify_open_world(name: str) -> dict[str, Any]:
-    return classify_logs([str(REPO / "tests" / "fixtures" / "logs_openworld" / name)], jobs=1).to_json()
+    return classify_logs(
+        [str(REPO / "tests" / "fixtures" / "logs_openworld" / name)], jobs=1
+    ).to_json()
 
 
 def test_a_drained_nodes_reason_and_the_jobs_notice_name_the_same_node() -> None:
     doc = classify_open_world("o_slurm_prolog_failure_sinfo")
     assert doc["category"] == "infra" and doc["hosts"] == ["dgx-b21"]
-    assert {e["signature"] for e in doc["evidence"]} >= {"slurm-prolog-failure", "slurm-node-reason"}
+    assert {e["signature"] for e in doc["evidence"]} >= {
+        "slurm-prolog-failure",
+        "slurm-node-reason",
+    }
 
 
 def test_scontrols_reason_is_attributed_to_the_node_of_its_section() -> None:
