@@ -55,6 +55,8 @@ CASES: list[tuple[str, list[str], str, str, list[str], str | None]] = [
      "job", "medium", [], "systemd-oomd-kill"),
     ("systemd-oomd: swap", ["Mar 12 07:41:19 cpu-pre-2 systemd-oomd[611]: Marked /system.slice/train.service for killing due to memory used (9) / total (10) and swap used (9) / total (10) being more than 90.00%"],
      "job", "medium", [], "systemd-oomd-kill"),
+    ("systemd-oomd's kill itself (debug level)", ["Mar 12 07:41:19 cpu-pre-2 systemd-oomd[611]: oomd attempting to kill 88123 with KILL"],
+     "job", "medium", [], "systemd-oomd-kill"),
     ("a unit that merely failed is no OOM", ["Mar 12 07:41:19 cpu-pre-2 systemd[1]: train.service: Failed with result 'exit-code'."],
      "unknown", "low", [], None),
     # AWS Batch
