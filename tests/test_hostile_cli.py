@@ -4,6 +4,7 @@ and users is shown with its control characters escaped."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,17 +26,18 @@ def ckptctl(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["verify", "--bogus", "x"], "error: No such option: --bogus"),
-        (["list"], "error: Missing argument 'root'"),
-        (["no-such-command"], "error: No such command 'no-such-command'"),
-        (["verify", "--world-size", "abc", "."], "error: Invalid value for '--world-size'"),
+        # (click's own words: "No such option: --bogus" or "No such option '--bogus'" by release)
+        (["verify", "--bogus", "x"], r"error: No such option:? '?--bogus\b"),
+        (["list"], r"error: Missing argument '(?i:root)'"),
+        (["no-such-command"], r"error: No such command 'no-such-command'"),
+        (["verify", "--world-size", "abc", "."], r"error: Invalid value for '--world-size'"),
     ],
 )
 def test_usage_error_is_one_line_and_a_hint(argv: list[str], message: str) -> None:
     r = ckptctl(*argv)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert lines[0].startswith(message), r.stderr
+    assert re.match(message, lines[0]), r.stderr
     assert len(lines) == 2 and lines[1].startswith("hint: run 'ckptctl"), r.stderr
     assert "Usage:" not in r.stderr and "Error:" not in r.stderr
 

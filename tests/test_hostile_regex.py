@@ -129,11 +129,13 @@ def _cost(regex: re.Pattern[str], line: str) -> float:
 def _superlinear(regex: re.Pattern[str], unit: str, sizes: tuple[int, int], tries: int) -> tuple[float, float] | None:
     """(growth past linear, seconds) if ``regex`` is superlinear or too slow on lines of ``unit``."""
     short, long = _line(unit, sizes[0]), _line(unit, sizes[1])
-    t_short = min(_cost(regex, short) for _ in range(tries))
+    # (the short line is cheap: its best of several, as a busy machine inflating it would hide growth)
+    t_short = min(_cost(regex, short) for _ in range(max(tries, 5)))
     if t_short > MAX_SHORT_S * sizes[0] / SHORT_CHARS:  # never time the long line of a cubic pattern
         return float("inf"), t_short
     t_long = min(_cost(regex, long) for _ in range(tries))
-    yardstick = min(_cost(_ONE_PASS, long) for _ in range(3)) / min(_cost(_ONE_PASS, short) for _ in range(3))
+    # (a clock tick floors the short scan: thread time can read 0 s on it)
+    yardstick = min(_cost(_ONE_PASS, long) for _ in range(3)) / max(min(_cost(_ONE_PASS, short) for _ in range(3)), 1e-6)
     growth = t_long / t_short / yardstick
     return (growth, t_long) if growth > MAX_GROWTH or t_long > MAX_LONG_S else None
 
