@@ -190,6 +190,21 @@ def test_a_step_line_and_its_loss_line_merge() -> None:
     assert p.metrics["lr"] == 0.00015 and p.metrics["sec_per_step"] == 0.501
 
 
+@pytest.mark.parametrize(("gap", "merged"), [(30, True), (60, False)])
+def test_a_step_line_waits_for_its_loss_line_only_within_the_record_span(gap: int, merged: bool) -> None:
+    """A step line with no loss opens a record; its loss line merges into it within
+    ``_RECORD_SPAN_LINES`` lines, not later (a banner's ``Total optimization steps = 300,000``
+    is no header of a loss line 10,000 lines on), read the same with and without templates."""
+    lines = [
+        "[2024-01-01 10:00:00,000] [INFO] [logging.py:128:log_dist] [Rank 0] step=10, skipped=0, lr=[0.00015], mom=[(0.9, 0.95)]",
+        *(f"NCCL INFO Channel {i:02d}/32 :    0   1   2   3" for i in range(gap)),
+        "steps: 10 loss: 3.4522 iter time (s): 0.501 samples/sec: 511.269",
+    ]
+    for fast in (True, False):
+        points = [e for e in parse_lines(lines, fast=fast) if isinstance(e, LossPoint)]
+        assert [(p.step, "lr" in p.metrics) for p in points] == [(10, merged)]
+
+
 def test_columns_under_a_header() -> None:
     lines = ["    step       loss         lr   sec/it", "      25     3.2670  3.900e-05    0.501", "      50     3.2490  7.650e-05    0.506"]
     points = [e for e in parse_lines(lines) if isinstance(e, LossPoint)]

@@ -189,6 +189,8 @@ class FastPath:
         for line in lines:
             if line[-1:] == "\n":
                 line = line.rstrip("\n")
+            if p.pending is not None:
+                p.expire_pending(p.num_lines + 1)
             if not p.plain or len(line) > MAX_TEMPLATE_CHARS:
                 general(line, out)
                 continue

@@ -231,6 +231,8 @@ class LossLogParser:
 
     def feed_part(self, part: str, line_no: int, multi: bool, events: list[LogEvent]) -> None:
         """One part of a physical line (``multi``: the line has several, a progress bar's redraws)."""
+        if self.pending is not None:
+            self.expire_pending(line_no)
         if not part.strip():
             return
         text, tag_rank = clean_line(part)
@@ -476,6 +478,13 @@ class LossLogParser:
             self.weak_lock = self.weak_lock and weak
             return True
         return False
+
+    def expire_pending(self, line_no: int) -> None:
+        """The open record, still without its loss ``_RECORD_SPAN_LINES`` lines after it began, is
+        dropped (a header that no loss line followed: nothing later merges into it)."""
+        rec = self.pending
+        if rec is not None and rec.loss is None and line_no - rec.line_no > _RECORD_SPAN_LINES:
+            self.pending = None
 
     def emit_pending(self) -> list[LogEvent]:
         rec, self.pending = self.pending, None
