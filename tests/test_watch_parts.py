@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ckptctl.core.watch.logparts import make_plan
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, make_plan
 from ckptctl.core.watch.losslog import LossLogParser
 
 
@@ -80,3 +80,21 @@ def test_a_plan_matches_each_part_by_its_own_template() -> None:
     assert not plan.regex.fullmatch(line.replace("\r", " ", 1) + "\r")
     assert not plan.regex.fullmatch(line.replace("Epoch 1", "Epoch 1\r", 1))
     assert make_plan(line.split("\r"), [None, None, None]) is not None  # blank parts only: literal text
+
+
+def test_lines_whose_parts_change_widths_each_time_stop_getting_plans() -> None:
+    """A number kept at its exact width (before a timestamp) that changes width in a random part of
+    each line: each line would need another plan (a regex compile a line); after
+    ``MAX_PLAN_BUILDS`` for the key the line is read part by part, with the same events."""
+    rng = random.Random(5)
+
+    def line() -> str:
+        return "\r".join(f"it {rng.choice((rng.randrange(10), rng.randrange(10, 100)))} 2024-01-01 10:00:00 step 7 loss 1.5" for _ in range(12))
+
+    lines = [line() for _ in range(300)]
+    fast = LossLogParser()
+    got = fast.feed_lines(lines) + fast.flush()
+    slow = LossLogParser(fast=False)
+    assert [repr(e) for e in got] == [repr(e) for e in slow.feed_lines(lines) + slow.flush()]
+    assert fast._fast is not None
+    assert list(fast._fast.plan_builds.values()) == [MAX_PLAN_BUILDS]

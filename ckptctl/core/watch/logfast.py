@@ -37,7 +37,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logkeys import NUM
-from ckptctl.core.watch.logparts import MAX_PLANS, PENDING, SAMPLE, Plan, make_plan
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, MAX_PLANS, PENDING, SAMPLE, Plan, make_plan
 from ckptctl.core.watch.logplan import (
     dict_record,
     looks_like_metrics,
@@ -174,6 +174,8 @@ class FastPath:
         self.hits = 0
         self.plan_hits = 0
         self.plans: dict[bytes, list[Plan]] = {}
+        self.plan_builds: dict[bytes, int] = {}
+        """Plans made per key (a key whose lines each need another plan stops getting them)."""
         """Plans of lines of several parts, by the line's key (``logparts``)."""
 
     # -- reading ---------------------------------------------------------------------------
@@ -249,7 +251,7 @@ class FastPath:
                     self.plan_hits += 1
                     self._run_plan(plan, m.groups(), parts, line_no, out)
                     return
-            if p.plain:
+            if p.plain and self.plan_builds.get(whole, 0) < MAX_PLAN_BUILDS:
                 used = []
             keys = whole.split(b"\r")
         for part, key in zip(parts, keys, strict=True):
@@ -291,10 +293,12 @@ class FastPath:
             used = None
             p.feed_part(part, line_no, True, out)
         if used is not None and any(used):
+            if len(self.plans) >= MAX_PLANS or len(self.plan_builds) >= 4 * MAX_PLANS:
+                self.plans.clear()
+                self.plan_builds.clear()
+            self.plan_builds[whole] = self.plan_builds.get(whole, 0) + 1
             made = make_plan(parts, used)
             if made is not None:
-                if len(self.plans) >= MAX_PLANS:
-                    self.plans.clear()
                 plans = self.plans.setdefault(whole, [])
                 plans.insert(0, made)
                 del plans[_MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
@@ -390,6 +394,7 @@ class FastPath:
             self.by_key.clear()
             self.tries.clear()
             self.plans.clear()
+            self.plan_builds.clear()
             self.count = 0
         self.count += 1
         known.insert(0, t)

@@ -11,7 +11,8 @@ match's groups, exactly as the part-by-part loop would: no template regex can ma
 Empty and blank parts (skipped by the reader) are matched as they were.
 
 Bounded: plans are made only of lines up to ``MAX_TEMPLATE_CHARS`` (the fast path's own
-limit), at most ``MAX_PLANS`` of them, forgotten with the templates.
+limit), at most ``MAX_PLANS`` of them, forgotten with the templates; at most ``MAX_PLAN_BUILDS``
+made per key, so lines whose parts change widths each time cost no compile a line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import re
 from ckptctl.core.watch.logrecipe import METRICS, NOTHING, Template
 
 MAX_PLANS = 256
+#: Plans made for one key at most (lines whose parts' widths vary each time get none after that).
+MAX_PLAN_BUILDS = 8
 
 SAMPLE = 1
 PENDING = 2
