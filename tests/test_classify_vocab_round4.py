@@ -87,7 +87,7 @@ CASES = [
      "infra", "medium"),
     ("urllib.error.HTTPError: HTTP Error 503: Slow Down", "object-store-slow-down", "infra", "medium"),
     # Python logging's documented format in front of an exception
-    ("2026-03-02 11:12:13,456 - train - ERROR - ValueError: shapes (4,3) and (2,) not aligned", "python-exception",
+    ("2026-03-02 11:12:13,456 - train - ERROR - ValueError: shapes (4,3) and (2,) not aligned", "python-exception-logged",
      "job", "medium"),
 ]
 
