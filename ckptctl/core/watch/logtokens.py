@@ -153,8 +153,14 @@ def parse_int(text: str) -> int | None:
     return int(value)
 
 
+#: Three lower-case letters then a capitalised word of three letters or more inside a key
+#: (``CrossEntropyLoss``, ``avgLoss``): a word boundary (``cross_entropy_loss``). All-capital
+#: runs (``GIoU``, ``MB``) and odd casing of one word (LitGPT's ``stEp 1``) are left whole.
+_CAMEL_RE = re.compile(r"(?<=[a-z]{3})(?=[A-Z][a-z]{2})")
+
+
 def _key(words: list[str]) -> str:
-    return "_".join(w.lower().strip("./()") for w in words[-6:] if w.strip("./()"))
+    return "_".join(_CAMEL_RE.sub("_", w).lower().strip("./()") for w in words[-6:] if w.strip("./()"))
 
 
 # Each part of a key word is at most 128 characters and a word at most 8 parts: a start inside a
@@ -201,7 +207,7 @@ _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "r
 _NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d)"
 _COUNTER_RE = re.compile(
     r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[]|$)" + _NOT_A_DATE
-    + r"|(?:(?<![\w.])(?P<outer>\d{1,9})\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
+    + r"|(?:(?<![\w.])\[?(?P<outer>\d{1,9})(?:/\d{1,9})?\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
 )
 _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
 _NUM_RE = re.compile(_NUM)
@@ -260,7 +266,16 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                 out.append((Field(unit.replace("/", "_per_"), value, None, unit), m.start("pnum"), -1))
     if pair is not None:
         _step_then_value(text, out, *pair)
+    if any(f.total is not None and key_words(f.key)[-1:] in _BATCH_WORD for f, _a, _b in out) and any(
+        key_words(f.key)[-1:] == ("epoch",) for f, _a, _b in out
+    ):
+        # "Epoch 0 Batch 50/225": a batch counter N/T beside an epoch counts within the epoch (the
+        # counter rule reads it as a progress bar's N/T): no field of its own
+        out = [x for x in out if not (x[0].total is not None and key_words(x[0].key)[-1:] in _BATCH_WORD)]
     return out
+
+
+_BATCH_WORD = frozenset({("batch",), ("batches",)})
 
 
 def fields_with_positions(text: str) -> list[tuple[Field, int, int]]:
@@ -456,6 +471,10 @@ def _simple_py_dict(body: str) -> dict[str, Any] | None:
     return doc
 
 
+#: A string value ``"601/2161"`` (ms-swift's ``"global_step/max_steps": "601/2161"``): the count N.
+_COUNT_OF_TOTAL_RE = re.compile(r"(\d{1,15})[ \t]*/[ \t]*\d{1,15}")
+
+
 def dict_fields(doc: dict[str, Any]) -> tuple[Field, ...]:
     """Numeric entries of a dict (one level of nesting flattened with ``/``)."""
     out: list[Field] = []
@@ -483,13 +502,14 @@ def _value(key: str, value: Any) -> Field | None:
         except OverflowError:
             return None  # an integer beyond any float
     elif isinstance(value, str):
-        parsed = parse_float(value)
+        count = _COUNT_OF_TOTAL_RE.fullmatch(value.strip())
+        parsed = float(count.group(1)) if count is not None else parse_float(value)
         if parsed is None:
             return None
         number = parsed
     else:
         return None
-    return Field(key.strip().lower().replace(" ", "_"), number)
+    return Field(_CAMEL_RE.sub("_", key.strip()).lower().replace(" ", "_"), number)
 
 
 @functools.lru_cache(maxsize=256)
