@@ -134,3 +134,15 @@ def test_a_string_count_of_total_in_a_dict_is_the_step() -> None:
 def test_a_step_glued_in_a_checkpoint_path(line: str, step: int) -> None:
     marker = match_marker(line, line, 1, None)
     assert marker is not None and marker.kind == "restore" and marker.step == step
+
+
+def test_darknet_values_before_their_keys() -> None:
+    lines = [f" {i}: {3 - i / 100:.6f}, {3.1 - i / 100:.6f} avg loss, 0.001000 rate, 2.913 seconds, {i * 64} images, 9.8 hours left"
+             for i in range(1, 6)] + ["Loaded: 0.000034 seconds", "> 6: 2.9, 3.0 avg loss, 0.001000 rate, 2.9 seconds, 384 images"]
+    for fast in (True, False):
+        pts = _points(lines, fast)
+        assert [(p.step, p.loss) for p in pts] == [(i, pytest.approx(3.1 - i / 100)) for i in range(1, 6)] + [(6, 3.0)]
+        assert pts[0].metrics["lr"] == pytest.approx(0.001)
+    # a leading "N:" and "X rate," only beside a loss given before its key
+    assert [f.key for f in lt.tokenize("12: 34 loss 2.5").fields] == ["loss"]
+    assert [f.key for f in lt.tokenize("epoch 3, 0.5 rate, loss 2.1").fields] == ["epoch", "loss"]

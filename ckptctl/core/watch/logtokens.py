@@ -197,6 +197,10 @@ _FIELD_RE = re.compile(
     r"|(?<![\w.-])(?:\d{1,15}-)?(?P<cnum>\d{1,15})(?:/(?P<ctotal>\d{1,9}))?(?P<cword>(?i:epoch|batch|iter))(?![A-Za-z])"
     r"|(?<![\w.])(?P<pnum>" + _NUM + r")[ \t]*(?P<punit>" + "ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps"
     + r")(?![A-Za-z])"
+    # darknet's "  99: 469.803864, 848.945251 avg loss, 0.000000 rate, 20.45 seconds, 6336 images": a value
+    # before its loss (or rate) key, ended by a comma; the line's leading "N:" is then its iteration
+    r"|(?<![\w.])(?P<vnum>" + _NUM + r")[ \t]+(?P<vkey>(?i:avg[ \t]+loss|loss|rate))(?=[ \t]*(?:,|$))"
+    r"|^(?:>[ \t]*)?(?P<lnum>\d{1,12}):[ \t]+(?=[-+]?\d)"  # (a pasted log may keep its Markdown quote "> ")
 )
 #: Words before ``N steps`` that make it a length, not a position ("for another 50 steps").
 _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "remaining", "next", "first", "last", "every"})
@@ -224,6 +228,9 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
     """Fields with the start of their number and of their total (-1: none)."""
     out: list[tuple[Field, int, int]] = []
     pair: tuple[int, re.Match[str]] | None = None
+    lead: tuple[Field, int, int] | None = None
+    rate: tuple[Field, int, int] | None = None
+    value_first = False
     for m in _FIELD_RE.finditer(text):
         num = m.group("num")
         if num is not None:
@@ -252,6 +259,20 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                         m.start("enum"), m.start("etotal") if etotal else -1))
         elif m.group("gnum") is not None:
             out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
+        elif m.group("vnum") is not None:
+            value = parse_float(m.group("vnum"))
+            if value is not None:
+                vkey = _key(m.group("vkey").split())
+                # darknet's "0.001000 rate," is its learning rate
+                given = (Field("learning_rate" if vkey == "rate" else vkey, value), m.start("vnum"), -1)
+                out.append(given)
+                if vkey == "rate":
+                    rate = given
+                else:
+                    value_first = True
+        elif m.group("lnum") is not None:
+            lead = (Field("iteration", float(m.group("lnum"))), m.start("lnum"), -1)
+            out.append(lead)
         elif m.group("cnum") is not None:
             # a count glued before its word (espnet2's "8epoch:train:376-750batch:", "8/20epoch"): a
             # batch range's end counts within the epoch (read under the bracketed counter's key)
@@ -264,6 +285,9 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
             unit = m.group("punit").lower()
             if value is not None and not (unit in ("steps", "updates") and _after_duration_word(text, m.start())):
                 out.append((Field(unit.replace("/", "_per_"), value, None, unit), m.start("pnum"), -1))
+    if not value_first:
+        # a leading "N:" is an iteration, "0.001 rate," a learning rate, only beside a loss given before its key
+        out = [x for x in out if x is not lead and x is not rate]
     if pair is not None:
         _step_then_value(text, out, *pair)
     if any(f.total is not None and key_words(f.key)[-1:] in _BATCH_WORD for f, _a, _b in out) and any(
