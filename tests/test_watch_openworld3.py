@@ -146,3 +146,16 @@ def test_darknet_values_before_their_keys() -> None:
     # a leading "N:" and "X rate," only beside a loss given before its key
     assert [f.key for f in lt.tokenize("12: 34 loss 2.5").fields] == ["loss"]
     assert [f.key for f in lt.tokenize("epoch 3, 0.5 rate, loss 2.1").fields] == ["epoch", "loss"]
+
+
+def test_a_tab_ends_a_key_and_a_bracketed_batch_index_counts_within_the_epoch() -> None:
+    lines = [f"INFO:root:Epoch[{e}] Batch [{b}]\tSpeed: 3.22 samples/sec\tCrossEntropy={4.2 - e / 10 - b / 1000:.6f}\tSmoothL1=0.816728"
+             for e in range(3) for b in (10, 20, 30)]
+    assert [f.key for f in lt.tokenize(lt.clean_line(lines[0])[0]).fields] == ["epoch", "batch", "speed", "cross_entropy", "smoothl1"]
+    for fast in (True, False):
+        pts = _points(lines, fast)
+        assert [(p.step, p.epoch) for p in pts][:4] == [(10, 0.0), (20, 0.0), (30, 0.0), (10, 1.0)]
+        axis = choose_axis(pts)
+        assert axis.name == EPOCH_BATCH_AXIS and axis.composed
+    # words separated by blanks still make one key
+    assert [f.key for f in lt.tokenize("lm loss: 2.3 | elapsed time per iteration (ms): 120.5").fields] == ["lm_loss", "elapsed_time_per_iteration_ms"]

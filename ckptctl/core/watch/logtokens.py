@@ -170,7 +170,8 @@ _WORD = r"\(?[A-Za-z_][\w./]{0,127}(?:-[A-Za-z][\w./]{0,127}){0,7}\)?"
 #: The key a bracketed step counter is read under (a step key; see ``_BRACKET_STEP``).
 _BRACKET_KEY = "iter"
 # One pass of the regex engine finds every field (Python only sees the matches):
-#   key words (separated by spaces only: "|", ",", ";", " - ", "]" end a key), an
+#   key words (separated by spaces only: a tab, "|", ",", ";", " - ", "]" end a key: MXNet's
+#   "Speed: 3.22 samples/sec<TAB>CrossEntropy=4.20"), an
 #   optional ":"/"=" (then "[" or "(" may open a value: lr=[3e-4]), the number, a
 #   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
 #   or a number followed by a unit word (503 ms/it, 5000 updates); or a count glued before its
@@ -186,9 +187,10 @@ _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
     r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
+    r"|(?i:(?<![\w.])batch)[ \t]*\[[ \t]*(?P<xnum>\d{1,15})[ \t]*\]"  # MXNet's "Epoch[3] Batch [100]": a batch index
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
-    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
@@ -259,6 +261,8 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                         m.start("enum"), m.start("etotal") if etotal else -1))
         elif m.group("gnum") is not None:
             out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
+        elif m.group("xnum") is not None:
+            out.append((Field("batch", float(m.group("xnum"))), m.start("xnum"), -1))
         elif m.group("vnum") is not None:
             value = parse_float(m.group("vnum"))
             if value is not None:
