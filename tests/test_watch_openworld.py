@@ -120,6 +120,15 @@ def test_counter_restart_with_the_loss_going_on_is_a_relative_counter() -> None:
     assert "relative-step-counter" in r.report.note_codes
 
 
+@pytest.mark.parametrize(("kept", "lr_restart", "verdict"), [(True, False, "continuous"), (False, False, "replayed-steps"), (True, True, "replayed-steps")])
+def test_a_followed_log_waits_for_the_relative_counter_rule(kept: bool, lr_restart: bool, verdict: str) -> None:
+    """Followed line by line and stopped at the first decided verdict (``recover``'s watch): the
+    same verdict as the whole log, not a replay decided at the first point after the restart."""
+    whole = watch_lines(_refits(kept=kept, lr_restart=lr_restart), stop_when_decided=False)
+    followed = watch_lines(_refits(kept=kept, lr_restart=lr_restart), stop_when_decided=True)
+    assert whole.verdict == followed.verdict == verdict, followed.report.explanation
+
+
 def test_counter_restart_from_scratch_stays_a_replay() -> None:
     r = watch_lines(_refits(kept=False), stop_when_decided=False)
     assert r.verdict == "replayed-steps"

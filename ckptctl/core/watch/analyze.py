@@ -110,6 +110,8 @@ from ckptctl.core.watch.model import (
     LOST_LOG_LINES,
     NAN,
     RELATIVE_COUNTER,
+    REPLAYED,
+    SKIPPED,
     VERDICTS,
     Finding,
     Segment,
@@ -119,10 +121,11 @@ from ckptctl.core.watch.model import (
     fmt_num,
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
-from ckptctl.core.watch.relcounter import relative_offset
+from ckptctl.core.watch.relcounter import relative_offset, relative_pending
 from ckptctl.core.watch.resume import (
     assign_steps,
     checkpoint_holds_step,
+    interval_evidence,
     log_interval_and_gap,
     lost_line_gaps,
     segment,
@@ -153,6 +156,8 @@ class _Reading:
     num_log_points: int
     axis: Axis
     """What the log's positions count (``axis``: step, epoch or epoch-batch)."""
+    interval_seen: int = 0
+    """Steps between points the logging interval was measured on (``resume.interval_evidence``)."""
 
     @property
     def logged_steps(self) -> bool:
@@ -198,6 +203,7 @@ def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | 
         note_codes=note_codes,
         num_log_points=sum(1 for p in points if p.source == "log"),
         axis=axis,
+        interval_seen=interval_evidence(points),
     )
 
 
@@ -345,6 +351,10 @@ def _relative_counter(
 # -- the decision ------------------------------------------------------------------------
 
 
+#: Steps between points seen before a followed log's step verdict (skipped, replayed) is decided.
+_INTERVAL_EVIDENCE = 2
+
+
 def analyze(
     log_events: Sequence[LogEvent],
     *,
@@ -444,6 +454,16 @@ def analyze(
     verdict, decided = decide(
         findings, judged, loss.decided, loss.baseline is not None or loss.self_based, cfg, final=final
     )
+    if decided and not final and (
+        (verdict in (SKIPPED, REPLAYED) and (
+            r.interval_seen < _INTERVAL_EVIDENCE or (ctx.pre and interval_evidence(ctx.pre) < _INTERVAL_EVIDENCE)
+        ))
+        or (verdict != NAN and relative_pending(resumed, segments[:resume_index], rs, r.logged_steps, history_start, r.interval))
+    ):
+        # A followed log decides no step verdict on a logging interval not yet seen or against a
+        # history of one point, nor on a counter that started again and may prove relative with
+        # its next points.
+        decided = False
     confidence: str | None = None
     if decided:
         full = len(judged) >= cfg.num_steps

@@ -37,6 +37,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logkeys import NUM
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, MAX_PLANS, PENDING, SAMPLE, Plan, make_plan
 from ckptctl.core.watch.logplan import (
     dict_record,
     looks_like_metrics,
@@ -171,6 +172,11 @@ class FastPath:
         """Keys seen and how many of their lines made no template (a key's first line makes none)."""
         self.count = 0
         self.hits = 0
+        self.plan_hits = 0
+        self.plans: dict[bytes, list[Plan]] = {}
+        self.plan_builds: dict[bytes, int] = {}
+        """Plans made per key (a key whose lines each need another plan stops getting them)."""
+        """Plans of lines of several parts, by the line's key (``logparts``)."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -224,17 +230,34 @@ class FastPath:
             self._nothing(t, line, p.num_lines, False, out)
 
     def _parts(self, line: str, out: list[LogEvent]) -> None:
-        """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader does."""
+        """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader
+        does: by the line's plan (``logparts``) when it has one, else part by part."""
         p = self.p
         p.num_lines += 1
         line_no = p.num_lines
         by_key = self.by_key
         restarts = p.restarts
         parts = line.split("\r")
-        # (the keys of all parts at once: "\r" is one byte of UTF-8 and in no other character's bytes)
-        keys = line.encode("utf-8", "surrogatepass").translate(None, _DIGITS).split(b"\r") if "0x" not in line else map(line_key, parts)
+        used: list[Template | None] | None = None
+        whole = b""
+        if "0x" in line:
+            keys: Iterable[bytes] = map(line_key, parts)
+        else:
+            # (the keys of all parts at once: "\r" is one byte of UTF-8 and in no other character's bytes)
+            whole = line.encode("utf-8", "surrogatepass").translate(None, _DIGITS)
+            for plan in self.plans.get(whole, ()):
+                m = plan.regex.fullmatch(line)
+                if m is not None:
+                    self.plan_hits += 1
+                    self._run_plan(plan, m.groups(), parts, line_no, out)
+                    return
+            if p.plain and self.plan_builds.get(whole, 0) < MAX_PLAN_BUILDS:
+                used = []
+            keys = whole.split(b"\r")
         for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
+                if used is not None:
+                    used.append(None)
                 continue
             if p.plain:
                 for t in by_key.get(key, ()):
@@ -244,6 +267,8 @@ class FastPath:
                 else:
                     t = None
                 if t is not None:
+                    if used is not None:
+                        used.append(t)
                     read = t.read
                     if read is not None:
                         event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
@@ -263,7 +288,62 @@ class FastPath:
                         if len(p.unread_samples) < 3 and t.metric_like is not False:
                             self._nothing(t, part, line_no, True, out)
                         continue
+                    p.feed_part(part, line_no, True, out)
+                    continue
+            used = None
             p.feed_part(part, line_no, True, out)
+        if used is not None and any(used):
+            if len(self.plans) >= MAX_PLANS or len(self.plan_builds) >= 4 * MAX_PLANS:
+                self.plans.clear()
+                self.plan_builds.clear()
+            self.plan_builds[whole] = self.plan_builds.get(whole, 0) + 1
+            made = make_plan(parts, used)
+            if made is not None:
+                plans = self.plans.setdefault(whole, [])
+                plans.insert(0, made)
+                del plans[_MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
+
+    def _run_plan(self, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
+        """The parts of a line its plan's regex matched whole: what the part-by-part loop does."""
+        p = self.p
+        restarts = p.restarts
+        for i, j, t, a, b in plan.ops:
+            if t is None:  # parts that give nothing: only counted, or kept as a sample or read (not plain)
+                if p.plain and not (b & SAMPLE and len(p.unread_samples) < 3) and not (b & PENDING and p.pending is not None):
+                    self.hits += a
+                    continue
+                for k in range(i, j):
+                    tk = plan.steps[k][0]
+                    if tk is None:
+                        continue
+                    if p.plain and (tk.kind != METRICS or p.pending is None):
+                        self.hits += 1
+                        if len(p.unread_samples) < 3 and tk.metric_like is not False:
+                            self._nothing(tk, parts[k], line_no, True, out)
+                    else:
+                        p.feed_part(parts[k], line_no, True, out)
+                continue
+            if p.plain:
+                read = t.read
+                if read is not None:
+                    event = read(groups[a:b], line_no, p)
+                    if event:
+                        out.append(event)
+                        if not restarts.settled:
+                            restarts.saw_point()
+                        self.hits += 1
+                        continue
+                    if event is False:
+                        self.hits += 1
+                        if len(p.unread_samples) < 3 and t.metric_like is not False:
+                            self._nothing(t, parts[i], line_no, True, out)
+                        continue
+                elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+                    self.hits += 1
+                    if len(p.unread_samples) < 3 and t.metric_like is not False:
+                        self._nothing(t, parts[i], line_no, True, out)
+                    continue
+            p.feed_part(parts[i], line_no, True, out)
 
     def _nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
         """A part its template reads as no event: what the general reader does then (a start-up
@@ -313,6 +393,8 @@ class FastPath:
         if self.count >= _MAX_TEMPLATES:
             self.by_key.clear()
             self.tries.clear()
+            self.plans.clear()
+            self.plan_builds.clear()
             self.count = 0
         self.count += 1
         known.insert(0, t)
@@ -475,6 +557,8 @@ def _pattern(
         out.append("(" + form + ")")
         if what >= 0:
             nums.group[what] = group
+            if nums.text[what].isdigit():
+                nums.digits.add(group)
         elif what == -2:
             nums.tag = group
         elif what == -4:

@@ -110,6 +110,8 @@ class Numbers:
         self.stamp_sec: int = -1
         self.stamp_frac: int = -1
         self.stamp_frac_digits = 0
+        self.digits: set[int] = set()
+        """Groups of numbers written with digits only (a form of digits only)."""
 
 
 # -- recipes -----------------------------------------------------------------------------------
@@ -228,6 +230,9 @@ def _codegen(
     L.append("    step = None")
     indent = "    "
     for i in plan.steps:
+        if convs[i] == "_f" and groups[i] in nums.digits:
+            L.append(f"{indent}step = int(g[{groups[i]}])")  # (digits only, at most 15: always a count)
+            break
         L += [f"{indent}v = {val(i)}", f"{indent}if {_COUNT}: step = int(v)"]
         if i != plan.steps[-1]:
             L.append(f"{indent}else:")
@@ -238,14 +243,20 @@ def _codegen(
     has_rank = OP_RANK in ops
     has_wall = any(op in (OP_SEC, OP_SEC_MS, OP_WALL, OP_DICT_WALL, OP_DICT_SEC) for op in ops)
     has_nan = OP_NAN_COUNT in ops
-    L += ["    metrics = {}"]
+    first: dict[str, str] = {}  # the metrics before any that is set only when not set yet: one literal
+    for op, i, kind in plan.ops:
+        if op in (OP_SEC, OP_SEC_MS, OP_DICT_SEC):
+            break
+        if op == OP_METRIC and kind not in first:
+            first[kind] = val(i)
+    L += ["    metrics = {" + ", ".join(f"{k!r}: {v}" for k, v in first.items()) + "}"]
     if has_epoch:
         L += ["    epoch = None", "    epoch_total = None"]
     if has_rank:
         L.append("    rank = None")
     if has_wall:
         L.append("    wall = None")
-    sure: set[str] = set()
+    sure: set[str] = set(first)
     for op, i, kind in plan.ops:
         if op == OP_METRIC:
             if kind not in sure:

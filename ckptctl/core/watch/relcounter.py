@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from ckptctl.core.watch.model import Segment
 from ckptctl.core.watch.resume import near_start
 
-__all__ = ["lr_started_over", "relative_offset", "weights_kept"]
+__all__ = ["lr_started_over", "relative_offset", "relative_pending", "weights_kept"]
 
 
 def relative_offset(
@@ -49,6 +49,25 @@ def relative_offset(
     if resume_step is None and (marker is None or marker.step is None) and pre_segments and weights_kept(resumed, pre_segments[0]):
         return max(s.last_step for s in pre_segments), "its loss, which goes on from the level before the restart, far below the run's start"
     return None, ""
+
+
+def relative_pending(
+    resumed: Segment,
+    pre_segments: Sequence[Segment],
+    resume_step: int | None,
+    logged_steps: bool,
+    first_step_ever: int | None,
+    interval: int,
+) -> bool:
+    """``relative_offset`` found no offset yet, but could with more points of the resumed run
+    (``weights_kept`` compares the median of its first ``_LEVEL_POINTS``): a followed log must
+    not decide on the counter restart before that."""
+    if not logged_steps or not pre_segments or not near_start(resumed.first_step, first_step_ever, interval):
+        return False
+    marker = resumed.marker
+    if resume_step is not None or (marker is not None and marker.step is not None):
+        return False
+    return len(resumed.points) < _LEVEL_POINTS and len(pre_segments[0].points) >= 2 * _LEVEL_POINTS
 
 
 #: Points compared at the run's start, before the restart and after it (their medians).

@@ -135,6 +135,12 @@ def log_interval_and_gap(
     return interval, gap_tolerance_intervals * typical_max
 
 
+def interval_evidence(points: Sequence[TracePoint]) -> int:
+    """How many steps forward between consecutive points of one source ``log_interval_and_gap``
+    measured (0: the logging interval is a guess)."""
+    return sum(1 for a, b in itertools.pairwise(points) if b.step > a.step and a.source == b.source)
+
+
 def segment(
     items: Sequence[Item], gap_tolerance: float, sec_per_step: float | None = None
 ) -> list[Segment]:
