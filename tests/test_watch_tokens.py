@@ -27,7 +27,7 @@ FIELDS = [
     ("iter120 | loss 3.41 | 12.3 ms/it", "ms_per_it", 12.3, None),
     ("iter: 39  total_loss: 0.71  loss_cls: 0.2", "total_loss", 0.71, None),
     ("epoch 3 batch 120/500 train_si_snr_loss -12.34", "train_si_snr_loss", -12.34, None),
-    ("epoch 3 batch 120/500 train_si_snr_loss -12.34", "batch", 120.0, 500.0),
+    ("batch 120/500 train_si_snr_loss -12.34", "batch", 120.0, 500.0),  # no epoch: a field (beside one: a counter)
     (" iteration 30/ 100 | lm loss: 2.345678E+00 |", "lm_loss", 2.345678, None),
     ("step=9 loss=nan lr=[0.00015]", "loss", math.nan, None),
     ("step=9 loss=-inf lr=[0.00015]", "loss", -math.inf, None),
