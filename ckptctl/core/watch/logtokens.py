@@ -18,6 +18,7 @@ import calendar
 import functools
 import math
 import re
+import warnings
 from typing import Any, NamedTuple
 
 from ckptctl.core.verify import jsonsafe
@@ -469,7 +470,9 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
             return simple, "hf"
         body = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body)
         try:
-            doc = ast.literal_eval(body)  # literals only: nothing in the log can run
+            with warnings.catch_warnings():  # ('\i' in a string: Python's warning, on the user's stderr)
+                warnings.simplefilter("ignore")
+                doc = ast.literal_eval(body)  # literals only: nothing in the log can run
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
             return None
         if isinstance(doc, dict):
