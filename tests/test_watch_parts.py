@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, make_plan
+from ckptctl.core.watch import logparts
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, PLAN_AFTER, make_plan
 from ckptctl.core.watch.losslog import LossLogParser
 
 
@@ -45,7 +46,14 @@ def _line(rng: random.Random, state: dict[str, int]) -> list[str]:
     return ["NCCL INFO Channel 00/32 :    0   1   2   3"]
 
 
+@pytest.fixture
+def plan_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans made at a key's first line read part by part (``PLAN_AFTER`` lines by default)."""
+    monkeypatch.setattr(logparts, "PLAN_AFTER", 1)
+
+
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.usefixtures("plan_at_once")
 def test_line_plans_give_the_general_readers_events(seed: int) -> None:
     rng = random.Random(seed)
     state = {"n": rng.randrange(1, 5000)}
@@ -65,6 +73,7 @@ def test_line_plans_give_the_general_readers_events(seed: int) -> None:
         assert fast._fast.plan_hits > len(lines) // 10, "the plans were not used"
 
 
+@pytest.mark.usefixtures("plan_at_once")
 def test_a_plan_matches_each_part_by_its_own_template() -> None:
     """A plan is the parts' templates joined by ``\\r``: a line whose parts would need another split
     (a part's text moved across a ``\\r``) does not match it."""
@@ -82,6 +91,7 @@ def test_a_plan_matches_each_part_by_its_own_template() -> None:
     assert make_plan(line.split("\r"), [None, None, None]) is not None  # blank parts only: literal text
 
 
+@pytest.mark.usefixtures("plan_at_once")
 def test_lines_whose_parts_change_widths_each_time_stop_getting_plans() -> None:
     """A number kept at its exact width (before a timestamp) that changes width in a random part of
     each line: each line would need another plan (a regex compile a line); after
@@ -97,4 +107,17 @@ def test_lines_whose_parts_change_widths_each_time_stop_getting_plans() -> None:
     slow = LossLogParser(fast=False)
     assert [repr(e) for e in got] == [repr(e) for e in slow.feed_lines(lines) + slow.flush()]
     assert fast._fast is not None
-    assert list(fast._fast.plan_builds.values()) == [MAX_PLAN_BUILDS]
+    assert [made for made, _ in fast._fast.plan_state.values()] == [MAX_PLAN_BUILDS]
+
+
+def test_a_plan_is_made_after_plan_after_lines_of_its_key() -> None:
+    """A plan's compile costs what a few hundred lines read part by part do: a key that comes
+    back fewer times gets none (Lightning's bars change key with each ``#`` of the bar)."""
+    rng = random.Random(8)
+    lines = ["\r".join(_lightning(rng, 1, 1000 + 3 * k + i, 5000) for i in range(3)) for k in range(PLAN_AFTER + 20)]  # (widths fixed)
+    p = LossLogParser()
+    for k, line in enumerate(lines):
+        p.feed(line)
+        assert p._fast is not None
+        assert bool(p._fast.plans) == (k + 1 >= PLAN_AFTER + 1), k  # (the first line makes the templates)
+    assert p._fast.plan_hits == len(lines) - PLAN_AFTER - 1

@@ -27,7 +27,7 @@ FIELDS = [
     ("iter120 | loss 3.41 | 12.3 ms/it", "ms_per_it", 12.3, None),
     ("iter: 39  total_loss: 0.71  loss_cls: 0.2", "total_loss", 0.71, None),
     ("epoch 3 batch 120/500 train_si_snr_loss -12.34", "train_si_snr_loss", -12.34, None),
-    ("epoch 3 batch 120/500 train_si_snr_loss -12.34", "batch", 120.0, 500.0),
+    ("batch 120/500 train_si_snr_loss -12.34", "batch", 120.0, 500.0),  # no epoch: a field (beside one: a counter)
     (" iteration 30/ 100 | lm loss: 2.345678E+00 |", "lm_loss", 2.345678, None),
     ("step=9 loss=nan lr=[0.00015]", "loss", math.nan, None),
     ("step=9 loss=-inf lr=[0.00015]", "loss", -math.inf, None),
@@ -406,3 +406,15 @@ def test_fast_path_one_line_at_a_time_is_the_same() -> None:
         one = LossLogParser()
         got = [e for line in lines for e in one.feed(line)] + one.flush()
         assert _points(got) == _points(parse_lines(lines, fast=False))
+
+
+def test_a_dict_line_with_a_bad_escape_is_read_and_warns_nothing() -> None:
+    """``'\\i'`` in a string of a logged dict: Python warns when it parses it (a SyntaxWarning on the
+    user's stderr from 3.12); the reader reads the dict and lets no warning out."""
+    import warnings
+
+    line = "{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 1.0, 'run': 'C:\\input\\images'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        doc = lt.read_dict(line)
+    assert doc is not None and doc[0]["loss"] == 2.31 and doc[0]["run"] == "C:\\input\\images"

@@ -103,6 +103,9 @@ def per_epoch_counter(points: Sequence[LossPoint]) -> int | None:
 
     Every point has a whole epoch; between consecutive points the counter goes back at least
     once when the epoch goes up (to near its lowest value) and never goes on across an epoch.
+    A count that stays the same while the epoch goes up (one line per epoch: DeepSpeech's
+    ``Epoch 42 | Training | ... | Steps: 6275 | Loss: 4.61``, YOLOX's ``epoch: 2/300, iter: 10/12``)
+    is a count within the epoch too, never the run's own step.
     """
     if len(points) < 3 or not all(_whole(p.epoch) for p in points):
         return None
@@ -112,16 +115,16 @@ def per_epoch_counter(points: Sequence[LossPoint]) -> int | None:
     for a, b in itertools.pairwise(points):
         assert a.step is not None and b.step is not None and a.epoch is not None and b.epoch is not None
         if b.epoch > a.epoch:
-            if b.step >= a.step:
+            if b.step > a.step:
                 return None  # a counter that goes on across epochs is the run's own step
             wraps += 1
             if b.step > lowest + max(diffs or [1]) * 2:
                 return None  # back, but not to the start: a restart, not an epoch's first batch
         elif b.epoch == a.epoch and b.step > a.step:
             diffs.append(b.step - a.step)
-    if not wraps or not diffs:
+    if not wraps or (not diffs and len({p.step for p in points}) > 1):
         return None
-    interval = max(1, round(statistics.median(diffs)))
+    interval = max(1, round(statistics.median(diffs))) if diffs else 1
     return max(p.step for p in points if p.step is not None) + interval
 
 

@@ -38,8 +38,10 @@ _CKPT_NOUN_RE = re.compile(
     r"|\b(?:from|at)\s+(?:the\s+)?(?:end\s+of\s+)?(?:epoch|step|iteration|iter|update|global\s+step)\b",
     re.IGNORECASE,
 )
+#: (``step`` and ``iter`` may be glued to their number as a path's word: Marian's ``model.iter10000.npz``,
+#: OLMo's ``step1000-unsharded``.)
 _PATH_STEP_RE = re.compile(
-    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step))(\d{1,15})(?!\d)"
+    r"(?:global_step|step|iter|iteration|checkpoint|ckpt)(?:[_=-]|(?<=global_step)|(?<=\bstep)|(?<=\biter))(\d{1,15})(?!\d)"
     # a checkpoint file named by its step (detectron2's model_0039999.pth)
     r"|\bmodel[_-](\d{1,15})(?=\.(?:pth?|ckpt|bin|safetensors|tar)\b)",
     re.IGNORECASE,

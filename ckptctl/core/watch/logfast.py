@@ -37,7 +37,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logkeys import NUM
-from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, MAX_PLANS, PENDING, SAMPLE, Plan, make_plan
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, Plan, note_line, read_part, run_plan
 from ckptctl.core.watch.logplan import (
     dict_record,
     looks_like_metrics,
@@ -174,8 +174,9 @@ class FastPath:
         self.hits = 0
         self.plan_hits = 0
         self.plans: dict[bytes, list[Plan]] = {}
-        self.plan_builds: dict[bytes, int] = {}
-        """Plans made per key (a key whose lines each need another plan stops getting them)."""
+        self.plan_state: dict[bytes, list[int]] = {}
+        """Per key: plans made (a key whose lines each need another plan stops getting them), and
+        lines read part by part since the last one."""
         """Plans of lines of several parts, by the line's key (``logparts``)."""
 
     # -- reading ---------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class FastPath:
                 continue
             p.num_lines += 1
             self.hits += 1
-            self._nothing(t, line, p.num_lines, False, out)
+            self.nothing(t, line, p.num_lines, False, out)
 
     def _parts(self, line: str, out: list[LogEvent]) -> None:
         """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader
@@ -238,7 +239,6 @@ class FastPath:
         p.num_lines += 1
         line_no = p.num_lines
         by_key = self.by_key
-        restarts = p.restarts
         parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
@@ -251,9 +251,10 @@ class FastPath:
                 m = plan.regex.fullmatch(line)
                 if m is not None:
                     self.plan_hits += 1
-                    self._run_plan(plan, m.groups(), parts, line_no, out)
+                    run_plan(self, plan, m.groups(), parts, line_no, out)
                     return
-            if p.plain and self.plan_builds.get(whole, 0) < MAX_PLAN_BUILDS:
+            state = self.plan_state.get(whole)
+            if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
                 used = []
             keys = whole.split(b"\r")
         for part, key in zip(parts, keys, strict=True):
@@ -271,83 +272,14 @@ class FastPath:
                 if t is not None:
                     if used is not None:
                         used.append(t)
-                    read = t.read
-                    if read is not None:
-                        event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
-                        if event:
-                            out.append(event)
-                            if not restarts.settled:
-                                restarts.saw_point()
-                            self.hits += 1
-                            continue
-                        if event is False:
-                            self.hits += 1
-                            if len(p.unread_samples) < 3 and t.metric_like is not False:
-                                self._nothing(t, part, line_no, True, out)
-                            continue
-                    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
-                        self.hits += 1
-                        if len(p.unread_samples) < 3 and t.metric_like is not False:
-                            self._nothing(t, part, line_no, True, out)
-                        continue
-                    p.feed_part(part, line_no, True, out)
+                    read_part(self, t, m.groups(), part, line_no, out)  # type: ignore[union-attr]
                     continue
             used = None
             p.feed_part(part, line_no, True, out)
         if used is not None and any(used):
-            if len(self.plans) >= MAX_PLANS or len(self.plan_builds) >= 4 * MAX_PLANS:
-                self.plans.clear()
-                self.plan_builds.clear()
-            self.plan_builds[whole] = self.plan_builds.get(whole, 0) + 1
-            made = make_plan(parts, used)
-            if made is not None:
-                plans = self.plans.setdefault(whole, [])
-                plans.insert(0, made)
-                del plans[_MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
+            note_line(self, whole, parts, used)
 
-    def _run_plan(self, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
-        """The parts of a line its plan's regex matched whole: what the part-by-part loop does."""
-        p = self.p
-        restarts = p.restarts
-        for i, j, t, a, b in plan.ops:
-            if t is None:  # parts that give nothing: only counted, or kept as a sample or read (not plain)
-                if p.plain and not (b & SAMPLE and len(p.unread_samples) < 3) and not (b & PENDING and p.pending is not None):
-                    self.hits += a
-                    continue
-                for k in range(i, j):
-                    tk = plan.steps[k][0]
-                    if tk is None:
-                        continue
-                    if p.plain and (tk.kind != METRICS or p.pending is None):
-                        self.hits += 1
-                        if len(p.unread_samples) < 3 and tk.metric_like is not False:
-                            self._nothing(tk, parts[k], line_no, True, out)
-                    else:
-                        p.feed_part(parts[k], line_no, True, out)
-                continue
-            if p.plain:
-                read = t.read
-                if read is not None:
-                    event = read(groups[a:b], line_no, p)
-                    if event:
-                        out.append(event)
-                        if not restarts.settled:
-                            restarts.saw_point()
-                        self.hits += 1
-                        continue
-                    if event is False:
-                        self.hits += 1
-                        if len(p.unread_samples) < 3 and t.metric_like is not False:
-                            self._nothing(t, parts[i], line_no, True, out)
-                        continue
-                elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
-                    self.hits += 1
-                    if len(p.unread_samples) < 3 and t.metric_like is not False:
-                        self._nothing(t, parts[i], line_no, True, out)
-                    continue
-            p.feed_part(parts[i], line_no, True, out)
-
-    def _nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
+    def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
         """A part its template reads as no event: what the general reader does then (a start-up
         line back makes a restart marker; a few metric-like lines are kept for the error message)."""
         p = self.p
@@ -396,7 +328,7 @@ class FastPath:
             self.by_key.clear()
             self.tries.clear()
             self.plans.clear()
-            self.plan_builds.clear()
+            self.plan_state.clear()
             self.count = 0
         self.count += 1
         known.insert(0, t)

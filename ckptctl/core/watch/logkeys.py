@@ -23,6 +23,7 @@ KEY_VOCABULARY: tuple[str, ...] = (
     "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
     "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
     "xent", "nll", "cost", "mse", "rmse", "mae", "entropy",
+    "up", "upd", "ep", "itn", "batch",
 )  # fmt: skip
 #: Words a logger glues to ``loss`` (fairseq-lua's ``trainloss``, ``validloss``, ``testloss``):
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
@@ -77,7 +78,15 @@ _LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss"
 
 
 #: Words that only say a loss is the training one (``loss train``, ``loss/train/total``).
-_TRAIN_QUALIFIERS = frozenset({"train", "training", "total"})
+_TRAIN_QUALIFIERS = frozenset({"train", "training", "total", "trn"})
+#: Abbreviated keys, whole (Marian's ``Ep. 1 : Up. 14000 : Sen. 965,843 : Cost 5.20``, spaCy 2's
+#: ``Itn.`` column; the dot is no part of a key): only alone, never as a word of a longer key
+#: (``warm up``, ``speed up``).
+_ABBREVIATED = {"up": ("step", 1), "upd": ("step", 1), "itn": ("step", 3), "ep": ("epoch", 0)}
+#: A batch counter within the epoch (icefall's ``Epoch 0, batch 120, loss[...]``): a step key
+#: ranked after every other (a per-epoch counter is composed with the epoch by ``axis``); only
+#: the key alone (``batch size``, ``batch_time``, ``tokens per batch`` are none).
+_BATCH_KEYS = frozenset({"batch", "batch_idx", "batch_id"})
 _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
 
 
@@ -163,6 +172,10 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         return TOKENS, 0
     if wset & {"samples", "sample"} and wset & {"seen", "consumed", "num", "processed"}:
         return SAMPLES, 0
+    if key in _ABBREVIATED:
+        return _ABBREVIATED[key]
+    if key in _BATCH_KEYS:
+        return STEP, 6
     if last in _STEP_WORDS and not wset & {"per", "time", "validate"}:
         joined = "_".join(words[-2:])
         return STEP, min(_STEP_WORDS.get(joined, 9), _STEP_WORDS[last])
@@ -187,4 +200,10 @@ def is_meaningless(text: str) -> bool:
         text.isascii()
         and _VOCABULARY.isdisjoint(_LETTER_RUNS_RE.findall(text.lower()))
         and _MAYBE_COUNTER_RE.search(text) is None
+        # camel-case words (OLMo's "train/CrossEntropyLoss=12.18"), looked at only on such a line
+        and _VOCABULARY.isdisjoint(w.lower() for w in _CAMEL_RUNS_RE.findall(text))
     )
+
+
+#: The words of a camel-case key (``CrossEntropyLoss`` -> ``Cross``, ``Entropy``, ``Loss``).
+_CAMEL_RUNS_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")

@@ -18,12 +18,18 @@ made per key, so lines whose parts change widths each time cost no compile a lin
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
-from ckptctl.core.watch.logrecipe import METRICS, NOTHING, Template
+from ckptctl.core.watch.logevents import LogEvent
+from ckptctl.core.watch.logrecipe import GENERAL, METRICS, NOTHING, Parser, Template
 
 MAX_PLANS = 256
+#: Plans kept per key (as ``logfast``'s templates).
+_MAX_PER_KEY = 4
 #: Plans made for one key at most (lines whose parts' widths vary each time get none after that).
 MAX_PLAN_BUILDS = 8
+#: Lines of a key read part by part (every part by a template) before its plan is made.
+PLAN_AFTER = 256
 
 SAMPLE = 1
 PENDING = 2
@@ -87,3 +93,84 @@ def make_plan(parts: list[str], used: list[Template | None]) -> Plan | None:
     if regex.groups != group:
         return None
     return Plan(regex, steps)
+
+
+class Fast(Protocol):
+    """What the plans use of ``logfast.FastPath``."""
+
+    p: Parser
+    hits: int
+    plans: dict[bytes, list[Plan]]
+    plan_state: dict[bytes, list[int]]
+
+    def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None: ...
+
+
+def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | None]) -> None:
+    """A line of key ``whole`` read part by part, every part by a template (``used``): its plan is
+    made after ``PLAN_AFTER`` such lines (a plan's compile costs what a few hundred lines read
+    part by part do), at most ``MAX_PLAN_BUILDS`` times per key."""
+    state = fast.plan_state.get(whole)
+    if state is None:
+        if len(fast.plans) >= MAX_PLANS or len(fast.plan_state) >= 4 * MAX_PLANS:
+            fast.plans.clear()
+            fast.plan_state.clear()
+        state = fast.plan_state[whole] = [0, 0]
+    state[1] += 1
+    if state[1] < PLAN_AFTER:
+        return
+    state[0] += 1
+    state[1] = 0
+    made = make_plan(parts, used)
+    if made is not None:
+        plans = fast.plans.setdefault(whole, [])
+        plans.insert(0, made)
+        del plans[_MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
+
+
+def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
+    """The parts of a line its plan's regex matched whole: what the part-by-part loop does."""
+    p = fast.p
+    for i, j, t, a, b in plan.ops:
+        if t is None:  # parts that give nothing: only counted, or kept as a sample or read (not plain)
+            if p.plain and not (b & SAMPLE and len(p.unread_samples) < 3) and not (b & PENDING and p.pending is not None):
+                fast.hits += a
+                continue
+            for k in range(i, j):
+                tk = plan.steps[k][0]
+                if tk is None:
+                    continue
+                if p.plain:
+                    read_part(fast, tk, (), parts[k], line_no, out)
+                else:
+                    p.feed_part(parts[k], line_no, True, out)
+            continue
+        if p.plain:
+            read_part(fast, t, groups[a:b], parts[i], line_no, out)
+        else:
+            p.feed_part(parts[i], line_no, True, out)
+
+
+def read_part(fast: Fast, t: Template, groups: tuple[str, ...], part: str, line_no: int, out: list[LogEvent]) -> None:
+    """One part of a line that ``t`` matched (its ``groups``): what the general reader gives for it."""
+    p = fast.p
+    read = t.read
+    if read is not None:
+        event = read(groups, line_no, p)
+        if event:
+            out.append(event)
+            if not p.restarts.settled:
+                p.restarts.saw_point()
+            fast.hits += 1
+            return
+        if event is False:
+            fast.hits += 1
+            if len(p.unread_samples) < 3 and t.metric_like is not False:
+                fast.nothing(t, part, line_no, True, out)
+            return
+    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+        fast.hits += 1
+        if len(p.unread_samples) < 3 and t.metric_like is not False:
+            fast.nothing(t, part, line_no, True, out)
+        return
+    p.feed_part(part, line_no, True, out)

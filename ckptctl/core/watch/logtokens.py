@@ -18,6 +18,7 @@ import calendar
 import functools
 import math
 import re
+import warnings
 from typing import Any, NamedTuple
 
 from ckptctl.core.verify import jsonsafe
@@ -153,8 +154,14 @@ def parse_int(text: str) -> int | None:
     return int(value)
 
 
+#: Three lower-case letters then a capitalised word of three letters or more inside a key
+#: (``CrossEntropyLoss``, ``avgLoss``): a word boundary (``cross_entropy_loss``). All-capital
+#: runs (``GIoU``, ``MB``) and odd casing of one word (LitGPT's ``stEp 1``) are left whole.
+_CAMEL_RE = re.compile(r"(?<=[a-z]{3})(?=[A-Z][a-z]{2})")
+
+
 def _key(words: list[str]) -> str:
-    return "_".join(w.lower().strip("./()") for w in words[-6:] if w.strip("./()"))
+    return "_".join(_CAMEL_RE.sub("_", w).lower().strip("./()") for w in words[-6:] if w.strip("./()"))
 
 
 # Each part of a key word is at most 128 characters and a word at most 8 parts: a start inside a
@@ -164,7 +171,8 @@ _WORD = r"\(?[A-Za-z_][\w./]{0,127}(?:-[A-Za-z][\w./]{0,127}){0,7}\)?"
 #: The key a bracketed step counter is read under (a step key; see ``_BRACKET_STEP``).
 _BRACKET_KEY = "iter"
 # One pass of the regex engine finds every field (Python only sees the matches):
-#   key words (separated by spaces only: "|", ",", ";", " - ", "]" end a key), an
+#   key words (separated by spaces only: a tab, "|", ",", ";", " - ", "]" end a key: MXNet's
+#   "Speed: 3.22 samples/sec<TAB>CrossEntropy=4.20"), an
 #   optional ":"/"=" (then "[" or "(" may open a value: lr=[3e-4]), the number, a
 #   glued unit, an optional "/ T";  or a word with a number glued to it (iter120);
 #   or a number followed by a unit word (503 ms/it, 5000 updates); or a count glued before its
@@ -180,9 +188,10 @@ _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
     r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
+    r"|(?i:(?<![\w.])batch)[ \t]*\[[ \t]*(?P<xnum>\d{1,15})[ \t]*\]"  # MXNet's "Epoch[3] Batch [100]": a batch index
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
-    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})"
+    r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
     r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
@@ -191,6 +200,10 @@ _FIELD_RE = re.compile(
     r"|(?<![\w.-])(?:\d{1,15}-)?(?P<cnum>\d{1,15})(?:/(?P<ctotal>\d{1,9}))?(?P<cword>(?i:epoch|batch|iter))(?![A-Za-z])"
     r"|(?<![\w.])(?P<pnum>" + _NUM + r")[ \t]*(?P<punit>" + "ms/it|s/it|it/s|ms/step|s/step|tok/s|tokens/s|samples/s|updates|steps"
     + r")(?![A-Za-z])"
+    # darknet's "  99: 469.803864, 848.945251 avg loss, 0.000000 rate, 20.45 seconds, 6336 images": a value
+    # before its loss (or rate) key, ended by a comma; the line's leading "N:" is then its iteration
+    r"|(?<![\w.])(?P<vnum>" + _NUM + r")[ \t]+(?P<vkey>(?i:avg[ \t]+loss|loss|rate))(?=[ \t]*(?:,|$))"
+    r"|^(?:>[ \t]*)?(?P<lnum>\d{1,12}):[ \t]+(?=[-+]?\d)"  # (a pasted log may keep its Markdown quote "> ")
 )
 #: Words before ``N steps`` that make it a length, not a position ("for another 50 steps").
 _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "remaining", "next", "first", "last", "every"})
@@ -201,7 +214,7 @@ _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "r
 _NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d)"
 _COUNTER_RE = re.compile(
     r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[]|$)" + _NOT_A_DATE
-    + r"|(?:(?<![\w.])(?P<outer>\d{1,9})\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
+    + r"|(?:(?<![\w.])\[?(?P<outer>\d{1,9})(?:/\d{1,9})?\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
 )
 _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")
 _NUM_RE = re.compile(_NUM)
@@ -218,6 +231,9 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
     """Fields with the start of their number and of their total (-1: none)."""
     out: list[tuple[Field, int, int]] = []
     pair: tuple[int, re.Match[str]] | None = None
+    lead: tuple[Field, int, int] | None = None
+    rate: tuple[Field, int, int] | None = None
+    value_first = False
     for m in _FIELD_RE.finditer(text):
         num = m.group("num")
         if num is not None:
@@ -246,6 +262,22 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
                         m.start("enum"), m.start("etotal") if etotal else -1))
         elif m.group("gnum") is not None:
             out.append((Field(m.group("gkey").lower(), float(m.group("gnum"))), m.start("gnum"), -1))
+        elif m.group("xnum") is not None:
+            out.append((Field("batch", float(m.group("xnum"))), m.start("xnum"), -1))
+        elif m.group("vnum") is not None:
+            value = parse_float(m.group("vnum"))
+            if value is not None:
+                vkey = _key(m.group("vkey").split())
+                # darknet's "0.001000 rate," is its learning rate
+                given = (Field("learning_rate" if vkey == "rate" else vkey, value), m.start("vnum"), -1)
+                out.append(given)
+                if vkey == "rate":
+                    rate = given
+                else:
+                    value_first = True
+        elif m.group("lnum") is not None:
+            lead = (Field("iteration", float(m.group("lnum"))), m.start("lnum"), -1)
+            out.append(lead)
         elif m.group("cnum") is not None:
             # a count glued before its word (espnet2's "8epoch:train:376-750batch:", "8/20epoch"): a
             # batch range's end counts within the epoch (read under the bracketed counter's key)
@@ -258,9 +290,21 @@ def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
             unit = m.group("punit").lower()
             if value is not None and not (unit in ("steps", "updates") and _after_duration_word(text, m.start())):
                 out.append((Field(unit.replace("/", "_per_"), value, None, unit), m.start("pnum"), -1))
+    if not value_first:
+        # a leading "N:" is an iteration, "0.001 rate," a learning rate, only beside a loss given before its key
+        out = [x for x in out if x is not lead and x is not rate]
     if pair is not None:
         _step_then_value(text, out, *pair)
+    if any(f.total is not None and key_words(f.key)[-1:] in _BATCH_WORD for f, _a, _b in out) and any(
+        key_words(f.key)[-1:] == ("epoch",) for f, _a, _b in out
+    ):
+        # "Epoch 0 Batch 50/225": a batch counter N/T beside an epoch counts within the epoch (the
+        # counter rule reads it as a progress bar's N/T): no field of its own
+        out = [x for x in out if not (x[0].total is not None and key_words(x[0].key)[-1:] in _BATCH_WORD)]
     return out
+
+
+_BATCH_WORD = frozenset({("batch",), ("batches",)})
 
 
 def fields_with_positions(text: str) -> list[tuple[Field, int, int]]:
@@ -426,7 +470,9 @@ def read_dict(text: str) -> tuple[dict[str, Any], str] | None:
             return simple, "hf"
         body = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(1)), body)
         try:
-            doc = ast.literal_eval(body)  # literals only: nothing in the log can run
+            with warnings.catch_warnings():  # ('\i' in a string: Python's warning, on the user's stderr)
+                warnings.simplefilter("ignore")
+                doc = ast.literal_eval(body)  # literals only: nothing in the log can run
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
             return None
         if isinstance(doc, dict):
@@ -456,6 +502,10 @@ def _simple_py_dict(body: str) -> dict[str, Any] | None:
     return doc
 
 
+#: A string value ``"601/2161"`` (ms-swift's ``"global_step/max_steps": "601/2161"``): the count N.
+_COUNT_OF_TOTAL_RE = re.compile(r"(\d{1,15})[ \t]*/[ \t]*\d{1,15}")
+
+
 def dict_fields(doc: dict[str, Any]) -> tuple[Field, ...]:
     """Numeric entries of a dict (one level of nesting flattened with ``/``)."""
     out: list[Field] = []
@@ -483,13 +533,14 @@ def _value(key: str, value: Any) -> Field | None:
         except OverflowError:
             return None  # an integer beyond any float
     elif isinstance(value, str):
-        parsed = parse_float(value)
+        count = _COUNT_OF_TOTAL_RE.fullmatch(value.strip())
+        parsed = float(count.group(1)) if count is not None else parse_float(value)
         if parsed is None:
             return None
         number = parsed
     else:
         return None
-    return Field(key.strip().lower().replace(" ", "_"), number)
+    return Field(_CAMEL_RE.sub("_", key.strip()).lower().replace(" ", "_"), number)
 
 
 @functools.lru_cache(maxsize=256)
