@@ -238,7 +238,7 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING, replay: bool = T
                 marks.append(len(stack))
                 pos += 1
                 continue
-            if code == 0x62:  # BUILD
+            if code == 0x62 or code == 0x61:  # BUILD, APPEND: the top item goes into the one below
                 depth = stack.pop() + 1
                 if depth > stack[-1]:
                     stack[-1] = depth
@@ -257,14 +257,6 @@ def check_shape(data: bytes, *, max_nesting: int = MAX_NESTING, replay: bool = T
                 if data[pos] == 0x94:
                     memoize(depth)
                     pos += 1
-                continue
-            if code == 0x61:  # APPEND
-                depth = stack.pop() + 1
-                if depth > stack[-1]:
-                    stack[-1] = depth
-                    if depth > max_nesting:
-                        raise PickleShapeError(f"containers nested more than {max_nesting} deep (at byte {pos})")
-                pos += 1
                 continue
             if code == 0x94:  # MEMOIZE
                 memoize(stack[-1])

@@ -37,7 +37,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logkeys import NUM
-from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, Plan, note_line, run_plan
+from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, Plan, note_line, read_part, run_plan
 from ckptctl.core.watch.logplan import (
     dict_record,
     looks_like_metrics,
@@ -239,7 +239,6 @@ class FastPath:
         p.num_lines += 1
         line_no = p.num_lines
         by_key = self.by_key
-        restarts = p.restarts
         parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
@@ -273,26 +272,7 @@ class FastPath:
                 if t is not None:
                     if used is not None:
                         used.append(t)
-                    read = t.read
-                    if read is not None:
-                        event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
-                        if event:
-                            out.append(event)
-                            if not restarts.settled:
-                                restarts.saw_point()
-                            self.hits += 1
-                            continue
-                        if event is False:
-                            self.hits += 1
-                            if len(p.unread_samples) < 3 and t.metric_like is not False:
-                                self.nothing(t, part, line_no, True, out)
-                            continue
-                    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
-                        self.hits += 1
-                        if len(p.unread_samples) < 3 and t.metric_like is not False:
-                            self.nothing(t, part, line_no, True, out)
-                        continue
-                    p.feed_part(part, line_no, True, out)
+                    read_part(self, t, m.groups(), part, line_no, out)  # type: ignore[union-attr]
                     continue
             used = None
             p.feed_part(part, line_no, True, out)

@@ -131,7 +131,6 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
 def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
     """The parts of a line its plan's regex matched whole: what the part-by-part loop does."""
     p = fast.p
-    restarts = p.restarts
     for i, j, t, a, b in plan.ops:
         if t is None:  # parts that give nothing: only counted, or kept as a sample or read (not plain)
             if p.plain and not (b & SAMPLE and len(p.unread_samples) < 3) and not (b & PENDING and p.pending is not None):
@@ -141,31 +140,37 @@ def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], 
                 tk = plan.steps[k][0]
                 if tk is None:
                     continue
-                if p.plain and (tk.kind != METRICS or p.pending is None):
-                    fast.hits += 1
-                    if len(p.unread_samples) < 3 and tk.metric_like is not False:
-                        fast.nothing(tk, parts[k], line_no, True, out)
+                if p.plain:
+                    read_part(fast, tk, (), parts[k], line_no, out)
                 else:
                     p.feed_part(parts[k], line_no, True, out)
             continue
         if p.plain:
-            read = t.read
-            if read is not None:
-                event = read(groups[a:b], line_no, p)
-                if event:
-                    out.append(event)
-                    if not restarts.settled:
-                        restarts.saw_point()
-                    fast.hits += 1
-                    continue
-                if event is False:
-                    fast.hits += 1
-                    if len(p.unread_samples) < 3 and t.metric_like is not False:
-                        fast.nothing(t, parts[i], line_no, True, out)
-                    continue
-            elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
-                fast.hits += 1
-                if len(p.unread_samples) < 3 and t.metric_like is not False:
-                    fast.nothing(t, parts[i], line_no, True, out)
-                continue
-        p.feed_part(parts[i], line_no, True, out)
+            read_part(fast, t, groups[a:b], parts[i], line_no, out)
+        else:
+            p.feed_part(parts[i], line_no, True, out)
+
+
+def read_part(fast: Fast, t: Template, groups: tuple[str, ...], part: str, line_no: int, out: list[LogEvent]) -> None:
+    """One part of a line that ``t`` matched (its ``groups``): what the general reader gives for it."""
+    p = fast.p
+    read = t.read
+    if read is not None:
+        event = read(groups, line_no, p)
+        if event:
+            out.append(event)
+            if not p.restarts.settled:
+                p.restarts.saw_point()
+            fast.hits += 1
+            return
+        if event is False:
+            fast.hits += 1
+            if len(p.unread_samples) < 3 and t.metric_like is not False:
+                fast.nothing(t, part, line_no, True, out)
+            return
+    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+        fast.hits += 1
+        if len(p.unread_samples) < 3 and t.metric_like is not False:
+            fast.nothing(t, part, line_no, True, out)
+        return
+    p.feed_part(part, line_no, True, out)
