@@ -128,6 +128,7 @@ from ckptctl.core.watch.resume import (
     interval_evidence,
     log_interval_and_gap,
     lost_line_gaps,
+    names_first_step,
     segment,
     step_convention,
     stitch,
@@ -244,6 +245,8 @@ def _find_resume(r: _Reading, resume_step: int | None) -> _Resume:
     if rs is None and seg.marker is not None and seg.marker.step is not None:
         rs, rs_source = seg.marker.step, "log-marker"
         names_next, on_epoch = seg.marker.names_next, seg.marker.on_epoch
+        if not names_next and names_first_step(seg, segments[resume_index - 1] if resume_index > 0 else None):
+            rs -= 1  # ("Resuming from step 5001" after step 5000: the checkpoint is step 5000's)
     if (
         resume_step is not None
         and seg.marker is not None

@@ -27,12 +27,15 @@ METRICS = (
 # A restore: a verb of loading/resuming with a checkpoint-ish object (not "Loading dataset").
 # Also a run initialised from a checkpoint (torch-rnn's ``Initializing from cv/checkpoint_7000.t7``,
 # TF's ``Warm-starting from: ...``) and torchtitan's ``Training starts at step 401``.
+#: (A verb that is a command-line option's name is no event: ``--save checkpoint_5050.pt``,
+#: ``--resume_from_checkpoint out/checkpoint-500`` in a command line echoed into the log.)
+_NOT_OPTION = r"(?<![\s=]-)(?<![\s=]--)"
 _RESTORE_RE = re.compile(
-    r"\b(?:resum\w*|restor\w*|load\w*|reload\w*|continu\w* (?:training|at|from)|start\w* training from"
+    _NOT_OPTION + r"\b(?:resum\w*|restor\w*|load\w*|reload\w*|continu\w* (?:training|at|from)|start\w* training from"
     r"|initiali[sz]\w* from|warm[- ]?start\w*|training start\w* at (?:step|iteration|iter|epoch))\b",
     re.IGNORECASE,
 )
-_SAVE_RE = re.compile(r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
+_SAVE_RE = re.compile(_NOT_OPTION + r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
 _CKPT_NOUN_RE = re.compile(
     r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b"
     r"|\b(?:from|at)\s+(?:the\s+)?(?:end\s+of\s+)?(?:epoch|step|iteration|iter|update|global\s+step)\b",

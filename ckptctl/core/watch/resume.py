@@ -401,6 +401,18 @@ def restarted_from_checkpoint(seg: Segment, gap_tol: float) -> bool:
     return marker.step <= seg.first_step <= marker.step + gap_tol
 
 
+def names_first_step(seg: Segment, before: Segment | None) -> bool:
+    """Does the restore line heading ``seg`` name the resumed run's first step rather than the
+    checkpoint's, though its words do not say so ("Resuming from step 5001" after a log that
+    reached step 5000, then step 5001)? Only when the run before ended exactly one step short
+    of it and the resumed run starts exactly there: a line naming the checkpoint's step is
+    followed by that step again (a replay) or by the next one, never by itself after N - 1."""
+    marker = seg.marker
+    if marker is None or marker.kind != "restore" or marker.step is None or marker.step_in_path or before is None:
+        return False
+    return seg.first_step == marker.step and before.last_step == marker.step - 1
+
+
 def last_save_before(sources: Sequence[tuple[str, Sequence[LogEvent]]], marker: ResumeMarker) -> ResumeMarker | None:
     """The last save line (with a step) printed before the restore line ``marker`` of the log."""
     last: ResumeMarker | None = None
