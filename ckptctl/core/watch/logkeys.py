@@ -23,7 +23,7 @@ KEY_VOCABULARY: tuple[str, ...] = (
     "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
     "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
     "xent", "nll", "cost", "mse", "rmse", "mae", "entropy",
-    "up", "upd", "ep", "itn", "batch",
+    "up", "upd", "ep", "itn", "batch", "perplexity", "ppl",
 )  # fmt: skip
 #: Words a logger glues to ``loss`` (fairseq-lua's ``trainloss``, ``validloss``, ``testloss``):
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
@@ -73,6 +73,10 @@ _STEP_WORDS = {
 #: scripts' ``cost= 0.28``, ``RMSE_Train``): a loss only bare or with a training qualifier
 #: (``time cost``, ``batch_cost``, ``rmse_val`` are not), and after any key named loss.
 _CRITERION_WORDS = frozenset({"xent", "nll", "cost", "mse", "rmse", "mae", "cross_entropy", "crossentropy"})
+#: The training objective logged only as its perplexity (Sockeye's ``perplexity=29.69``): a loss
+#: after any key named loss or by its criterion (fairseq's ``loss ... ppl``, OpenNMT-py's ``ppl:
+#: ... xent:`` keep theirs); bare or with a training qualifier only.
+_PERPLEXITY_WORDS = frozenset({"perplexity", "ppl"})
 _LOSS_RANK_EXACT = {"loss": 0, "total_loss": 1, "train_loss": 1, "training_loss": 1, "lm_loss": 1,
                     "train/loss": 1, "train_loss_step": 0, "loss_step": 1, "train/loss_step": 0, "train/lm_loss": 1}  # fmt: skip
 
@@ -90,6 +94,8 @@ _BATCH_KEYS = frozenset({"batch", "batch_idx", "batch_id"})
 _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
 
 
+#: A rate's unit as a word of its own (``samples/sec``, ``updates/sec``): it ends a key (``logtokens``).
+RATE_UNIT_RE = re.compile(r"(?i)^[a-z]+/(?:s|sec|second)$")
 _KEY_SPLIT_RE = re.compile(r"[_\s/.\-]+")
 
 
@@ -141,6 +147,8 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     if wset & _CRITERION_WORDS or words[-2:] == ["cross", "entropy"]:
         rest = wset - _CRITERION_WORDS - {"cross", "entropy"}
         return (LOSS, 2) if rest <= _TRAIN_QUALIFIERS else None
+    if wset & _PERPLEXITY_WORDS:
+        return (LOSS, 3) if wset - _PERPLEXITY_WORDS <= _TRAIN_QUALIFIERS else None
     path = key.split("/")
     if len(path) > 1 and key_words(path[-2])[-1:] == ("time",):
         # a path metric's clock ("time/token", "time/sample", "time/batch"): a counter, not a duration

@@ -30,6 +30,7 @@ from ckptctl.core.watch.logkeys import (
     LOSS,
     NAN_COUNT,
     NUM,
+    RATE_UNIT_RE,
     STEP,
     classify_key,
     is_meaningless,
@@ -161,7 +162,10 @@ _CAMEL_RE = re.compile(r"(?<=[a-z]{3})(?=[A-Z][a-z]{2})")
 
 
 def _key(words: list[str]) -> str:
-    return "_".join(_CAMEL_RE.sub("_", w).lower().strip("./()") for w in words[-6:] if w.strip("./()"))
+    # a rate's unit ends a key, as a tab does (Sockeye's "6.25 updates/sec perplexity=29.69")
+    cut = max((i + 1 for i, w in enumerate(words[:-1]) if RATE_UNIT_RE.search(w)), default=0)
+    return "_".join(_CAMEL_RE.sub("_", w).lower().strip("./()") for w in words[cut:][-6:] if w.strip("./()"))
+
 
 
 # Each part of a key word is at most 128 characters and a word at most 8 parts: a start inside a
