@@ -49,6 +49,7 @@ from collections.abc import Iterable
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
     EPOCH_AXIS,
@@ -150,6 +151,7 @@ class LossLogParser:
         """The first record of each such shape, held until a second one comes."""
         """The format was locked by records that carry an evaluation along (``lock``)."""
         self.csv: CsvHeader | None = None
+        self.blocks = KeyValueBlocks()
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
         self.markdown = False
@@ -241,7 +243,9 @@ class LossLogParser:
         self._indented = part[:1].isspace() or text[:1] in "|>-*"
         found = self._feed_text(text, tag_rank, line_no)
         # (a progress bar's redraws, parts of one line, are never start-up lines)
-        restart = self.restarts.see(text, found, line_no, self.pending is not None) if not multi or found else None
+        # (a key-value block's rows are no start-up lines coming back: each block prints them again)
+        took, self.blocks.took = self.blocks.took, False
+        restart = self.restarts.see(text, found, line_no, self.pending is not None) if (not multi or found) and (found or not took) else None
         if restart is not None:
             found = [*self.emit_pending(), restart]
         events.extend(found)
@@ -274,6 +278,12 @@ class LossLogParser:
             self.markdown, self._in_fence, self.plain = True, not self._in_fence, False
             return []
         prose = self.markdown and not self._in_fence and not is_markdown_row(text)
+        if self.columns is None and (self.blocks.rows or text.lstrip()[:1] in ("|", "-", "/")):
+            took, done = self.blocks.feed(text)  # a key-value block (Stable-Baselines3's logger)
+            self.plain = self.plain and not self.blocks.seen
+            got = self._fields_record(done, line_no, tag_rank) or [] if done else []
+            if took or got:
+                return got if took else [*got, *self._feed_text(text, tag_rank, line_no)]
         # a CSV row counts under a header, and a header names a step column (every step key has one of these)
         if not prose and "," in text and self._requested in (AUTO, "lightning-csv") and (self.csv is not None or MAYBE_CSV_HEADER_RE.search(text)):
             csv_rec = self._csv_line(text)
@@ -362,8 +372,10 @@ class LossLogParser:
         """A row under the column header: its events; None: the line is no row."""
         assert self.columns is not None
         fields = table_row(body, self.columns, markdown=self._columns_md)
-        if fields is None:
-            return None
+        return None if fields is None else self._fields_record(fields, line_no, tag_rank)
+
+    def _fields_record(self, fields: list[lt.Field] | tuple[lt.Field, ...], line_no: int, tag_rank: int | None) -> list[LogEvent]:
+        """The events of a table's row or a key-value block: a record with a step or an epoch."""
         kinds = tuple(lk.classify_key(f.key) for f in fields)
         reading = apply(plan_for(kinds, tuple((f.key, "") for f in fields)), [f.value for f in fields], [f.total for f in fields])
         rec = self.record(reading, None, None)
