@@ -96,7 +96,7 @@ def test_a_key_value_block_is_one_record(fast: bool) -> None:
 
 
 def test_a_block_left_without_its_rule_ends_at_the_next_line() -> None:
-    lines = _block(1, 1.9)[:-1] + ["Saving model to ppo_cartpole.zip"] + _block(2, 1.8)
+    lines = [*_block(1, 1.9)[:-1], "Saving model to ppo_cartpole.zip", *_block(2, 1.8)]
     assert [e.step for e in parse_lines(lines) if isinstance(e, LossPoint)] == [10, 20]
 
 
