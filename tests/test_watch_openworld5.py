@@ -127,3 +127,40 @@ def test_key_value_blocks_across_a_relaunch(jump: float, verdict: str) -> None:
     result = watch_lines(_sb3(jump), stop_when_decided=False)
     assert result.verdict == verdict
     assert (result.report.resume_detected_by, result.report.first_resumed_step) == ("log-marker", 410)
+
+
+@pytest.mark.parametrize(
+    ("key", "meaning"),
+    [("avg_epoch_loss", (lk.LOSS, 4)), ("train_loss_epoch", (lk.LOSS, 4)), ("val_loss_epoch", (lk.EVAL, 0)), ("loss_epoch_ratio", None)],
+)
+def test_an_epoch_average_is_a_loss_of_last_resort(key: str, meaning: tuple[str, int] | None) -> None:
+    assert lk.classify_key(key) == meaning
+
+
+def test_a_step_loss_comes_before_the_epoch_average() -> None:
+    bar = "Epoch 3: 100%|##########| 500/500 [00:12<00:00, 36.5it/s, v_num=0, train_loss_step={v}, train_loss_epoch=2.900]"
+    points = [e for e in parse_lines([bar.format(v="2.800"), bar.format(v="2.700")]) if isinstance(e, LossPoint)]
+    assert points and points[-1].loss == 2.7
+
+
+def _gluonts(jump: float) -> list[str]:
+    def epoch(e: int, f: float = 1.0) -> list[str]:
+        loss = (0.4 + 1.5 * (e + 1.5) ** -0.6 + 0.004 * math.sin(e)) * f
+        return [f"100%|##########| 100/100 [00:30<00:00,  3.30it/s, epoch={e + 1}/60, avg_epoch_loss={loss:.4g}]",
+                f"Epoch[{e}] Evaluation metric 'epoch_loss'={loss:.6f}", f"Epoch[{e + 1}] Learning rate is 0.001"]
+
+    out = ["Start model training"]
+    for e in range(0, 16):
+        out += epoch(e)
+    out += ["srun: error: gpu-node-07: task 0: Killed", "Start model training"]
+    for e in range(16, 40):
+        out += epoch(e, 1 + jump * math.exp(-(e - 16) / 3))
+    return out
+
+
+@pytest.mark.parametrize(("jump", "verdict"), [(0.0, CONTINUOUS), (0.4, SPIKE)])
+def test_an_epoch_average_log_across_a_relaunch(jump: float, verdict: str) -> None:
+    result = watch_lines(_gluonts(jump), stop_when_decided=False)
+    assert result.verdict == verdict
+    # one point per epoch, at its end: (the bar counts epochs from 1) epoch x 100 + 100
+    assert result.report.first_resumed_step == 17 * 100 + 100
