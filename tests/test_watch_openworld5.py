@@ -131,7 +131,7 @@ def test_key_value_blocks_across_a_relaunch(jump: float, verdict: str) -> None:
 
 @pytest.mark.parametrize(
     ("key", "meaning"),
-    [("avg_epoch_loss", (lk.LOSS, 4)), ("train_loss_epoch", (lk.LOSS, 4)), ("val_loss_epoch", (lk.EVAL, 0)), ("loss_epoch_ratio", None)],
+    [("avg_epoch_loss", (lk.LOSS, 4)), ("epoch_loss", (lk.LOSS, 4)), ("train_loss_epoch", None), ("val_epoch_loss", (lk.EVAL, 0))],
 )
 def test_an_epoch_average_is_a_loss_of_last_resort(key: str, meaning: tuple[str, int] | None) -> None:
     assert lk.classify_key(key) == meaning

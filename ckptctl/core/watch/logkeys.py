@@ -133,8 +133,10 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     if "loss" in wset:
         if wset & {"scale", "scaler"}:
             return LOSS_SCALE, 0
-        if wset - {"epoch", "avg", "mean"} <= _TRAIN_QUALIFIERS | {"loss"} and "epoch" in wset:
-            return LOSS, 4  # an epoch's average (GluonTS's "avg_epoch_loss"): only when nothing else is
+        if last == "loss" and "epoch" in wset and wset - {"epoch", "avg", "mean"} <= _TRAIN_QUALIFIERS | {"loss"}:
+            # an epoch's average named so (GluonTS's "avg_epoch_loss"): only when nothing else is (a
+            # metric name with Lightning's "_epoch" suffix, beside its "_step" twin, stays none)
+            return LOSS, 4
         if wset & _NOT_LOSS_WORDS or "lr" in wset:
             return None
         tail = "_".join(words[words.index("loss") - 1 :]) if words.index("loss") > 0 else "_".join(words[words.index("loss") :])
