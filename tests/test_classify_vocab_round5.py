@@ -1,7 +1,7 @@
 """Round-5 open-world vocabularies: the MPI standard's argument/usage error classes as Open MPI
 and MPICH (and its derivatives) print them, MPICH's OFI completion-error frame, the kernel EFA
 driver's admin-command failures, old NCCL's verbs warning without an errno, Gloo's TCP transport
-errors, CUDA's launch timeout, the CUDA driver API's out-of-memory name and Horovod's shutdown.
+errors (the whole transport, widened from the closed/reset wordings), CUDA's launch timeout, the CUDA driver API's out-of-memory name and Horovod's shutdown.
 
 Lines written for this test in each producer's wording (its source or documentation, named in
 the catalogs' ``source:``), labelled before running.
@@ -56,9 +56,13 @@ CASES = [
      "infra", "low"),
     # Gloo's TCP transport: always a consequence
     ("  what():  [/opt/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [10.0.0.4]:41880: "
-     "Connection reset by peer", "gloo-transport-pair-error", "unknown", "low"),
+     "Connection reset by peer", "gloo-peer-closed", "unknown", "low"),
+    ("  what():  [/src/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [10.3.0.12]:29400: Connection "
+     "refused", "gloo-peer-closed", "unknown", "low"),
+    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:310] Connect "
+     "timeout [10.3.0.12]:31877", "gloo-peer-closed", "unknown", "low"),
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-     "[10.0.0.9]:11022", "gloo-transport-pair-error", "unknown", "low"),
+     "[10.0.0.9]:11022", "gloo-peer-closed", "unknown", "low"),
     # CUDA's launch timeout in the runtime's and the driver API's names
     ("RuntimeError: CUDA error: the launch timed out and was terminated", "cuda-launch-timeout", "infra", "medium"),
     ("cudaErrorLaunchTimeout: the launch timed out and was terminated", "cuda-launch-timeout", "infra", "medium"),
@@ -140,7 +144,7 @@ def test_mpi_catalog_is_loaded_before_the_general_one() -> None:
     assert ids.index("mpich-ofi-cq-error") < ids.index("storage-unreachable")
     # every new signature records the source it was read from
     for sig_id in ("mpi-usage-error-class", "mpich-ofi-cq-error", "efa-admin-command-failed",
-                   "nccl-verbs-call-failed-no-errno", "gloo-transport-pair-error", "cuda-launch-timeout",
+                   "nccl-verbs-call-failed-no-errno", "gloo-peer-closed", "cuda-launch-timeout",
                    "horovod-shut-down"):
         sig = next(s for s in SIGNATURES if s.id == sig_id)
         assert sig.source
