@@ -314,7 +314,9 @@ def _codegen(
     # LossLogParser.record: the rules that need more than the keys
     if has_nan:
         L.append("    if nan_count > 0: return None")  # (rare: the general reader says it)
-    if has_epoch:
+    if has_epoch and all(groups[i] in nums.digits and convs[i] == "_f" for op, i, _k in plan.ops if op == OP_EPOCH):
+        L.append("    whole = True")  # (every epoch of the line is digits only, at most 15: a whole number)
+    elif has_epoch:
         L += [
             "    if epoch is not None and (epoch != epoch or epoch in _INFS): epoch = None",
             "    whole = epoch is not None and 0 <= epoch < 9007199254740992 and epoch == int(epoch)",
