@@ -15,6 +15,7 @@ by far more than the machine's noise (and a slow case is measured again before i
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import ckptctl.core.watch as watch_pkg
 from ckptctl.core.watch import logtokens
 from ckptctl.core.watch.losslog import LossLogParser
 
@@ -46,18 +48,8 @@ _ONE_PASS = re.compile(r"[\x00-\U0010ffff](?!)")
 #: Every module whose patterns read log lines (watch: tokens, dialects, events, CSV; classify:
 #: attribution, catalog, events, the prefilter; incidents; the log source reader).
 MODULES = (
-    "ckptctl.core.watch.logtokens",
-    "ckptctl.core.watch.losslog",
-    "ckptctl.core.watch.logevents",
-    "ckptctl.core.watch.logcsv",
-    "ckptctl.core.watch.resume",
-    "ckptctl.core.watch.logkeys",
-    "ckptctl.core.watch.logplan",
-    "ckptctl.core.watch.logfast",
-    "ckptctl.core.watch.logrecipe",
-    "ckptctl.core.watch.logtables",
-    "ckptctl.core.watch.axis",
-    "ckptctl.core.watch.restored",
+    # every module of the watch reader, found by walking the package (a new module is covered)
+    *sorted(f"ckptctl.core.watch.{m.name}" for m in pkgutil.iter_modules(watch_pkg.__path__)),
     "ckptctl.core.recover.incidents",
     "ckptctl.core.classify.attribution",
     "ckptctl.core.classify.catalog",
@@ -157,10 +149,7 @@ def _slow_cases(patterns: list[tuple[str, re.Pattern[str]]]) -> list[str]:
 
 
 PATTERN_GROUPS = {
-    "watch": ["ckptctl.core.watch.logtokens", "ckptctl.core.watch.losslog", "ckptctl.core.watch.logevents", "ckptctl.core.watch.logcsv",
-              "ckptctl.core.watch.resume", "ckptctl.core.watch.logkeys", "ckptctl.core.watch.logplan",
-              "ckptctl.core.watch.logfast", "ckptctl.core.watch.logrecipe", "ckptctl.core.watch.logtables",
-              "ckptctl.core.watch.axis", "ckptctl.core.watch.restored"],
+    "watch": [m for m in MODULES if m.startswith("ckptctl.core.watch.")],
     "classify": ["ckptctl.core.recover.incidents", "ckptctl.core.classify.attribution", "ckptctl.core.classify.catalog",
                  "ckptctl.core.classify.events", "ckptctl.core.classify.scan", "ckptctl.adapters.logs"],
 }  # fmt: skip

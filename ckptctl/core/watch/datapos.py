@@ -48,7 +48,7 @@ FIRST_BATCH = "first-batch"
 KINDS = (RECORDED, FIRST_BATCH)
 
 _LINE_RE = re.compile(r"ckptctl: data position (recorded|first-batch)((?:\s+[a-z_]+=\S+)+)\s*$")
-_FIELD_RE = re.compile(r"([a-z_]+)=(\S+)")
+_FIELD_RE = re.compile(r"(?<![a-z_])([a-z_]+)=(\S+)")  # (?<!...): a run of letters is tried once
 _INT_RE = re.compile(r"\d{1,18}")
 _DIGEST_RE = re.compile(r"[0-9a-fA-F]{1,128}")
 

@@ -28,7 +28,7 @@ from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch.logtokens import Field, parse_float
 
 #: A rule of dashes (``-----``, old Stable Baselines' ``//-----``) around a block.
-_RULE_RE = re.compile(r"^[ \t]*(?://)?[ \t]*-{8,}[ \t]*$")
+_RULE_RE = re.compile(r"^[ \t]*(?://[ \t]*)?-{8,}[ \t]*$")  # (one blank run per place: linear)
 #: A row: a key cell with a letter in it, then a number or nothing (a section).
 _ROW_RE = re.compile(r"^[ \t]*\|[ \t]*(?P<key>[A-Za-z][^|]{0,120}?)[ \t]*\|[ \t]*(?P<value>[^|\s]{0,40})[ \t]*\|[ \t]*$")
 #: At most this many rows make a block (a longer run of rows is no record).
