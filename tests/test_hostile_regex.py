@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import ckptctl.core.classify as classify_pkg
 import ckptctl.core.watch as watch_pkg
 from ckptctl.core.watch import logtokens
 from ckptctl.core.watch.losslog import LossLogParser
@@ -50,11 +51,9 @@ _ONE_PASS = re.compile(r"[\x00-\U0010ffff](?!)")
 MODULES = (
     # every module of the watch reader, found by walking the package (a new module is covered)
     *sorted(f"ckptctl.core.watch.{m.name}" for m in pkgutil.iter_modules(watch_pkg.__path__)),
+    # and of the classifier
+    *sorted(f"ckptctl.core.classify.{m.name}" for m in pkgutil.iter_modules(classify_pkg.__path__)),
     "ckptctl.core.recover.incidents",
-    "ckptctl.core.classify.attribution",
-    "ckptctl.core.classify.catalog",
-    "ckptctl.core.classify.events",
-    "ckptctl.core.classify.scan",
     "ckptctl.adapters.logs",
 )
 #: Characters that classes in these patterns repeat over (word, digit, blank, punctuation).
@@ -150,8 +149,7 @@ def _slow_cases(patterns: list[tuple[str, re.Pattern[str]]]) -> list[str]:
 
 PATTERN_GROUPS = {
     "watch": [m for m in MODULES if m.startswith("ckptctl.core.watch.")],
-    "classify": ["ckptctl.core.recover.incidents", "ckptctl.core.classify.attribution", "ckptctl.core.classify.catalog",
-                 "ckptctl.core.classify.events", "ckptctl.core.classify.scan", "ckptctl.adapters.logs"],
+    "classify": [m for m in MODULES if not m.startswith("ckptctl.core.watch.")],
 }  # fmt: skip
 
 
