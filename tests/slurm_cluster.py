@@ -206,3 +206,18 @@ class SlurmCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.pids.clear()
+        for pid in self._stepds():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # a job step's daemon outlives slurmd: no process is left behind
+
+    def _stepds(self) -> list[int]:
+        """The slurmstepd processes this cluster's slurmd started (their SLURM_CONF is this cluster's)."""
+        mine = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_bytes().strip() == b"slurmstepd" and mine in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+        return found
