@@ -9,23 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptctl.core.classify.events import FileScanner
-from ckptctl.core.classify.evidence import EvidenceCollector
-from ckptctl.core.classify.scan import Matcher
-from ckptctl.core.classify.verdict import Verdict, decide_verdict
-from ckptctl.ops.classify_catalog import load_default_signatures
-
-MATCHER = Matcher(load_default_signatures())
-
-
-def verdict_of(text: str) -> Verdict:
-    collector = EvidenceCollector()
-    scanner = FileScanner(MATCHER, file="rank0.err")
-    for e in scanner.feed(text.encode()):
-        collector.add(e)
-    collector.add_file(scanner)
-    return decide_verdict(collector.evidence())
-
+from tests.classify_helpers import line_verdict
 
 # (line, signature, verdict category, verdict confidence)
 CASES = [
@@ -54,9 +38,7 @@ CASES = [
 
 @pytest.mark.parametrize(("line", "sig_id", "category", "confidence"), CASES)
 def test_cuda_and_nvml_strings(line: str, sig_id: str, category: str, confidence: str) -> None:
-    match = MATCHER.match_line(line)
-    assert match is not None and match.signature.id == sig_id
-    v = verdict_of(line + "\n")
+    v = line_verdict(line, sig_id, "rank0.err")
     assert (v.category, v.confidence) == (category, confidence)
     assert v.hosts == ()  # none of these drains a node on its own
 
@@ -74,6 +56,4 @@ def test_cuda_and_nvml_strings(line: str, sig_id: str, category: str, confidence
     ],
 )
 def test_older_torch_nccl_error_numbers(line: str, sig_id: str, category: str) -> None:
-    match = MATCHER.match_line(line)
-    assert match is not None and match.signature.id == sig_id
-    assert verdict_of(line + "\n").category == category
+    assert line_verdict(line, sig_id, "rank0.err").category == category

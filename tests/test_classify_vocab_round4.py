@@ -11,24 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptctl.core.classify.events import FileScanner
-from ckptctl.core.classify.evidence import EvidenceCollector
-from ckptctl.core.classify.scan import Matcher
-from ckptctl.core.classify.verdict import Verdict, decide_verdict
-from ckptctl.ops.classify_catalog import load_default_signatures
-
-SIGNATURES = load_default_signatures()
-MATCHER = Matcher(SIGNATURES)
-
-
-def verdict_of(text: str, file: str = "job.log") -> Verdict:
-    collector = EvidenceCollector()
-    scanner = FileScanner(MATCHER, file=file)
-    for e in scanner.feed(text.encode()):
-        collector.add(e)
-    collector.add_file(scanner)
-    return decide_verdict(collector.evidence())
-
+from tests.classify_helpers import MATCHER, SIGNATURES, line_verdict, verdict_of
 
 # (line, signature, verdict category, verdict confidence)
 CASES = [
@@ -94,9 +77,7 @@ CASES = [
 
 @pytest.mark.parametrize(("line", "sig_id", "category", "confidence"), CASES)
 def test_round4_lines(line: str, sig_id: str, category: str, confidence: str) -> None:
-    match = MATCHER.match_line(line)
-    assert match is not None and match.signature.id == sig_id
-    v = verdict_of(line + "\n")
+    v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == (category, confidence)
 
 
