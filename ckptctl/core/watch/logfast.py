@@ -37,7 +37,14 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logkeys import NUM
-from ckptctl.core.watch.logparts import MAX_PLAN_BUILDS, Plan, note_line, read_part, run_plan
+from ckptctl.core.watch.logparts import (
+    MAX_PER_KEY,
+    MAX_PLAN_BUILDS,
+    Plan,
+    note_line,
+    read_part,
+    run_plan,
+)
 from ckptctl.core.watch.logplan import (
     dict_record,
     looks_like_metrics,
@@ -60,7 +67,6 @@ from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header
 #: Longest line a template is made of (memory and compile time stay small).
 MAX_TEMPLATE_CHARS = 2048
 _MAX_TEMPLATES = 512
-_MAX_PER_KEY = 4
 _MAX_FAILS = 3
 
 _DIGITS = b"0123456789"
@@ -162,7 +168,7 @@ class FastPath:
 
     A line's lookup key is its raw text without digits: every line a template matches has
     its template's key (the template fixes every character but digits), so one ``translate``
-    and one dict lookup find the few templates (at most ``_MAX_PER_KEY``) to try.
+    and one dict lookup find the few templates (at most ``MAX_PER_KEY``) to try.
     """
 
     def __init__(self, parser: Parser) -> None:
@@ -174,10 +180,10 @@ class FastPath:
         self.hits = 0
         self.plan_hits = 0
         self.plans: dict[bytes, list[Plan]] = {}
+        """Plans of lines of several parts, by the line's key (``logparts``)."""
         self.plan_state: dict[bytes, list[int]] = {}
         """Per key: plans made (a key whose lines each need another plan stops getting them), and
         lines read part by part since the last one."""
-        """Plans of lines of several parts, by the line's key (``logparts``)."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -332,7 +338,7 @@ class FastPath:
             self.count = 0
         self.count += 1
         known.insert(0, t)
-        if len(known) > _MAX_PER_KEY:
+        if len(known) > MAX_PER_KEY:
             known.pop()  # the oldest: a counter grew a digit where widths are kept exact
             self.count -= 1
         self.by_key[key] = known

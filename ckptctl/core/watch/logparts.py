@@ -24,8 +24,8 @@ from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.logrecipe import GENERAL, METRICS, NOTHING, Parser, Template
 
 MAX_PLANS = 256
-#: Plans kept per key (as ``logfast``'s templates).
-_MAX_PER_KEY = 4
+#: Templates (``logfast``) and plans kept per key.
+MAX_PER_KEY = 4
 #: Plans made for one key at most (lines whose parts' widths vary each time get none after that).
 MAX_PLAN_BUILDS = 8
 #: Lines of a key read part by part (every part by a template) before its plan is made.
@@ -125,7 +125,7 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
     if made is not None:
         plans = fast.plans.setdefault(whole, [])
         plans.insert(0, made)
-        del plans[_MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
+        del plans[MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
 
 
 def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
