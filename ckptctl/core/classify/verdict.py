@@ -407,8 +407,10 @@ def _action(
 
 
 #: Signatures of NCCL's result classes that mean "the system or the network" in NCCL's
-#: own words (nccl.h: ncclSystemError, ncclInternalError, ncclRemoteError; the torch
-#: wrappers' "unhandled system error", "remote process exited or there was a network error").
+#: own words (nccl.h: ncclSystemError "System call (socket, malloc, munmap, etc) failed",
+#: ncclRemoteError "A call failed possibly due to a network error or a remote process
+#: exiting prematurely"; the torch wrappers' "unhandled system error", "remote process exited
+#: or there was a network error"). ncclInternalError (nccl-comm-failed) says nothing of where.
 _NCCL_SYSTEM_CLASSES = frozenset({"nccl-remote-error", "nccl-system-error"})
 
 _GENERIC_SETTLE = (
