@@ -75,6 +75,7 @@ from ckptctl.core.watch.logplan import (
     looks_like_metrics,
     plan_for,
 )
+from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -343,6 +344,8 @@ class LossLogParser:
         rec = self.record(reading, tokens.counter, tokens.counter_epoch)
         if rec is None:
             return []
+        if rec.step is None and rec.epoch is None and rec.loss is not None:
+            rec.step = leading_step(body)  # "12 | loss 2.31 | lr ...": the step is the head cell
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
