@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable
 
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logevents import (
     LogEvent,
     failure_line,
@@ -62,7 +63,6 @@ from ckptctl.core.watch.logrecipe import (
     dict_recipe,
     record_recipe,
 )
-from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header
 
 #: Longest line a template is made of (memory and compile time stay small).

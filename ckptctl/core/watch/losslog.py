@@ -49,6 +49,7 @@ from collections.abc import Iterable
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
@@ -75,7 +76,6 @@ from ckptctl.core.watch.logplan import (
     looks_like_metrics,
     plan_for,
 )
-from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
