@@ -30,8 +30,8 @@ CASES = [
      "medium"),
     # the job's private namespace on the node, old and new names
     ("slurmstepd: error: container_p_join: open failed /local/tmpfs/5521/.active: No such file or directory",
-     "slurm-job-namespace-failed", "infra", "medium"),
-    ("slurmstepd: error: container_g_join failed: 5521", "slurm-job-namespace-failed", "infra", "medium"),
+     "slurm-job-container-failed", "infra", "medium"),
+    ("slurmstepd: error: container_g_join failed: 5521", "slurm-job-container-failed", "infra", "medium"),
     ("slurmstepd: error: namespace_g_join(StepId=5521.0): Permission denied", "slurm-job-namespace-failed",
      "infra", "medium"),
     # Torque's job mail: the sentence, not the number
@@ -45,8 +45,8 @@ CASES = [
     # the OSPool's periodic memory hold
     ("Hold reason: Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to memory usage 3100000.",
      "htcondor-policy-hold-memory", "job", "medium"),
-    ("Error from slot1_4@wn-0412.example.org: memory usage exceeded request_memory", "htcondor-policy-hold-memory",
-     "job", "medium"),
+    ("Error from slot1_4@wn-0412.example.org: memory usage exceeded request_memory",
+     "htcondor-policy-memory-request", "job", "medium"),
     # HTCondor's user-log event numbers
     ("004 (771.000.000) 03/02 11:04:19 Job was evicted.", "htcondor-event-evicted", "preemption", "medium"),
     ("024 (771.000.000) 2026-03-02 11:04:19 Job reconnection failed", "htcondor-event-evicted", "preemption",
@@ -141,7 +141,7 @@ def test_evicted_userlog_with_its_details() -> None:
 
 def test_new_signatures_record_their_source() -> None:
     for sig_id in ("slurmstepd-exec-batch-script", "slurmstepd-exec-command", "slurm-job-namespace-failed",
-                   "torque-mail-exec-host", "torque-mail-walltime", "torque-mail-memory",
+                   "slurm-job-container-failed", "htcondor-policy-memory-request", "torque-mail-exec-host", "torque-mail-walltime", "torque-mail-memory",
                    "torque-mail-cannot-execute", "moab-preempted-node-failure", "htcondor-policy-hold-memory",
                    "htcondor-event-evicted", "htcondor-event-failure", "htcondor-event-pool-error",
                    "htcondor-event-stopped", "htcondor-event-benign"):
