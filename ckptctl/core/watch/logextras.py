@@ -31,7 +31,6 @@ __all__ = ["is_list_line", "list_record", "prefix_dict_record"]
 _LIST_RE = re.compile(
     r"(?:^|(?<=[:\]|\s]))\[[ \t]*(?P<nums>" + lk.NUM + r"(?:[ \t]*,[ \t]*" + lk.NUM + r"){1,15})[ \t]*,?[ \t]*\]$"
 )
-_SPLIT_RE = re.compile(r"[ \t]*,[ \t]*")
 
 
 def is_list_line(text: str) -> bool:
@@ -48,7 +47,7 @@ def list_record(text: str) -> Record | None:
     m = _LIST_RE.search(text)
     if m is None:
         return None
-    values = [lt.parse_float(x) for x in _SPLIT_RE.split(m.group("nums").strip())]
+    values = [lt.parse_float(x.strip()) for x in m.group("nums").split(",")]
     if any(v is None for v in values):
         return None
     nums = [float(v) for v in values if v is not None]
@@ -103,9 +102,9 @@ class EpochBatchPairs:
     WeNet's ``TRAIN Batch 4/203700 loss ...`` prints ``Batch {epoch}/{batch_idx}``: one line
     cannot tell it from batch 4 of 203700, but a count of a total keeps its total while the count
     moves, and this pair keeps its first number while the second moves. Once a batch key (no epoch
-    on its line) shows the same ``N`` with another ``T``, its lines read as epoch ``N``, batch ``T``
-    (a counter within the epoch, composed with it by ``axis``). The lines before are read as they
-    were (step ``N``: going forward, no restart).
+    on its line) shows the same ``N`` with another ``T``, or a ``T`` of 0 (no total is 0: WeNet logs
+    each epoch's batch 0), its lines read as epoch ``N``, batch ``T`` (a counter within the epoch,
+    composed with it by ``axis``). The lines before are read as they were (step ``N``).
     """
 
     def __init__(self) -> None:
@@ -122,8 +121,8 @@ class EpochBatchPairs:
                 fields.append(f)
                 continue
             prev = self.last.get(f.key)
-            if prev is not None and prev[0] == f.value and prev[1] != f.total:
-                self.pairs.add(f.key)
+            if f.total == 0 or (prev is not None and prev[0] == f.value and prev[1] != f.total):
+                self.pairs.add(f.key)  # (a total of 0 is none: WeNet's first batch of an epoch, "Batch 3/0")
             if f.key in self.last or len(self.last) < _MAX_PAIR_KEYS:
                 self.last[f.key] = (f.value, f.total)
             if f.key in self.pairs:
