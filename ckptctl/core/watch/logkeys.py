@@ -125,9 +125,9 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     if len(words) > 1 and words[0] in _LEVEL_WORDS and key.startswith(words[0]):
         # a logger's level glued before a counter's key (WeNet's "DEBUG TRAIN Batch 4/203700"): no
         # word of it (only for a step or an epoch: InfoGAN's "info_loss" is a loss of its own)
-        rest = classify_key(key[len(words[0]) :].lstrip("_ /.-"), unit)
-        if rest is not None and rest[0] in (STEP, EPOCH):
-            return rest
+        unlevelled = classify_key(key[len(words[0]) :].lstrip("_ /.-"), unit)
+        if unlevelled is not None and unlevelled[0] in (STEP, EPOCH):
+            return unlevelled
     wset = set(words)
     last = words[-1]
     if wset & _EVAL_WORDS:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.logextras import is_batch_key
 from ckptctl.core.watch.logevents import (
     EPOCH_AXIS,
     EPOCH_BATCH_AXIS,
@@ -25,6 +24,7 @@ from ckptctl.core.watch.logevents import (
     RestartDetector,
     record_shape,
 )
+from ckptctl.core.watch.logextras import is_batch_key
 from ckptctl.core.watch.logplan import (
     OP_DICT_SEC,
     OP_DICT_WALL,

@@ -50,7 +50,6 @@ from collections.abc import Iterable
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.logblocks import KeyValueBlocks
-from ckptctl.core.watch.logextras import EpochBatchPairs, list_record, prefix_dict_record
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
     EPOCH_AXIS,
@@ -63,6 +62,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
     record_shape,
 )
+from ckptctl.core.watch.logextras import EpochBatchPairs, list_record, prefix_dict_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
