@@ -31,7 +31,7 @@ DEFAULT_CATALOG = "default.yaml"
 #: (ending with the generic Python exception rule).
 BUILTIN_CATALOGS = (
     "xids.yaml", "gpu_drivers.yaml", "fabric.yaml", "mpi.yaml", "host.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml",
-    "runtimes.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG,
+    "runtimes.yaml", "accelerators.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG,
 )  # fmt: skip
 
 
