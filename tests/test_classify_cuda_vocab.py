@@ -43,17 +43,21 @@ def test_cuda_and_nvml_strings(line: str, sig_id: str, category: str, confidence
     assert v.hosts == ()  # none of these drains a node on its own
 
 
-# older torch: "NCCL Error %d: %s". A system/internal/remote error alone is a consequence
-# (unknown: the WARN lines before it say which call failed); invalid usage is the program's.
+# older torch: "NCCL Error %d: %s". A system/remote error alone is NCCL's word for the
+# system or the network: infra at low confidence (the WARN lines before it say which call
+# failed); an internal error says nothing of where (unknown); invalid usage is the program's.
 @pytest.mark.parametrize(
     ("line", "sig_id", "category"),
     [
-        ("RuntimeError: NCCL Error 2: unhandled system error", "nccl-system-error", "unknown"),
-        ("RuntimeError: NCCL Error 3: internal error", "nccl-system-error", "unknown"),
-        ("RuntimeError: NCCL Error 6: remote error", "nccl-system-error", "unknown"),
+        ("RuntimeError: NCCL Error 2: unhandled system error", "nccl-system-error", "infra"),
+        ("RuntimeError: NCCL Error 3: internal error", "nccl-comm-failed", "unknown"),
+        ("RuntimeError: NCCL Error 6: remote error", "nccl-system-error", "infra"),
         ("RuntimeError: NCCL Error 4: invalid argument", "nccl-invalid-usage", "job"),
         ("RuntimeError: NCCL Error 5: invalid usage", "nccl-invalid-usage", "job"),
     ],
 )
 def test_older_torch_nccl_error_numbers(line: str, sig_id: str, category: str) -> None:
-    assert line_verdict(line, sig_id, "rank0.err").category == category
+    v = line_verdict(line, sig_id, "rank0.err")
+    assert v.category == category
+    if category != "job":
+        assert v.confidence == "low" and v.hosts == ()  # never a drain on NCCL's word alone

@@ -406,6 +406,13 @@ def _action(
     return f"{head} {specific}".strip()
 
 
+#: Signatures of NCCL's result classes that mean "the system or the network" in NCCL's
+#: own words (nccl.h: ncclSystemError "System call (socket, malloc, munmap, etc) failed",
+#: ncclRemoteError "A call failed possibly due to a network error or a remote process
+#: exiting prematurely"; the torch wrappers' "unhandled system error", "remote process exited
+#: or there was a network error"). ncclInternalError (nccl-comm-failed) says nothing of where.
+_NCCL_SYSTEM_CLASSES = frozenset({"nccl-remote-error", "nccl-system-error"})
+
 _GENERIC_SETTLE = (
     "the kernel log of every host (journalctl -k -o short-iso, or dmesg -T) for NVIDIA XID, "
     "ECC, PCIe and OOM-killer lines",
@@ -448,8 +455,19 @@ def _unknown_verdict(
             "(or add a signature with --signatures)."
         )
     symptom_hosts = _unique(h for t in symptom_tallies for h in t.hosts if len(t.hosts) <= 2)
+    category: VerdictCategory = "unknown"
+    if any(t.signature.id in _NCCL_SYSTEM_CLASSES for t in symptom_tallies):
+        # NCCL's own result class (ncclRemoteError: "a network error or a remote process
+        # exiting prematurely"; ncclSystemError: a system call failed) is the only word on
+        # the failure: its category at low confidence, the peers its lines name as suspects.
+        category = "infra"
+        reasons = (*reasons, "NCCL's error class (remote/system error) is all the input says: infra, low")
+        action = (
+            "Likely, not certain: NCCL lost a peer or the network to it. Read the suspects' "
+            "logs below before draining anything, then resume from the last complete checkpoint."
+        )
     return Verdict(
-        category="unknown",
+        category=category,
         confidence="low",
         action=action,
         root_cause=None,

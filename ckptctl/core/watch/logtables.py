@@ -30,10 +30,14 @@ def is_markdown_row(text: str) -> bool:
     return len(text) >= 3 and text[0] == "|" and text[-1] == "|"
 
 
+#: Box-drawing verticals framing a table printed in a box (a terminal UI's panel: ``│step loss│``).
+_BOX_BORDERS = "\u2502\u2503\u2551 \t"
+
+
 def _cells(text: str) -> list[str]:
     if is_markdown_row(text):
         return [c.strip(_CELL_STRIP) for c in text[1:-1].split("|")]
-    return text.split()
+    return text.strip(_BOX_BORDERS).split()
 
 
 def _column_key(cell: str) -> str:
@@ -54,6 +58,8 @@ def table_header(text: str) -> tuple[str, ...] | None:
 
 #: A cell with a unit glued to its number (YOLO's ``GPU_mem`` ``10.2G``): not a number, not prose.
 _UNIT_CELL_RE = re.compile(r"(?<![\d.])\d{1,15}(?:\.\d{1,15})?[KMGT]i?B?")  # (?<!) and bounds: linear in a search too
+#: A clock cell (``11:52:54``, ``0:01:47``: an elapsed or remaining time column): no number, no prose.
+_CLOCK_CELL_RE = re.compile(r"\d{1,4}(?::\d{2}){1,2}")  # used whole (fullmatch): linear
 #: A position cell ``N/T`` (YOLO's epoch ``3/299``).
 _COUNT_CELL_RE = re.compile(r"(?<!\d)(\d{1,9})/(\d{1,9})")
 
@@ -82,7 +88,7 @@ def table_row(text: str, columns: tuple[str, ...], *, markdown: bool) -> tuple[F
             count = _COUNT_CELL_RE.fullmatch(cell)
             if count is not None and lk.classify_key(key) in ((lk.EPOCH, 0), (lk.STEP, 0), (lk.STEP, 2), (lk.STEP, 3)):
                 fields.append(Field(key, float(count.group(1)), float(count.group(2))))
-            elif _UNIT_CELL_RE.fullmatch(cell) is None:
+            elif _UNIT_CELL_RE.fullmatch(cell) is None and _CLOCK_CELL_RE.fullmatch(cell) is None:
                 return None
             continue
         fields.append(Field(key, value))

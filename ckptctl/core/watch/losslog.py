@@ -49,6 +49,7 @@ from collections.abc import Iterable
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
@@ -343,6 +344,8 @@ class LossLogParser:
         rec = self.record(reading, tokens.counter, tokens.counter_epoch)
         if rec is None:
             return []
+        if rec.step is None and rec.epoch is None and rec.loss is not None:
+            rec.step = leading_step(body)  # "12 | loss 2.31 | lr ...": the step is the head cell
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
