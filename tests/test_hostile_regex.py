@@ -39,6 +39,10 @@ MAX_GROWTH = 4.0
 #: Below this on the short line a pattern is not timed further: even quadratic, it stays under
 #: about 0.1 s on the longest line a reader keeps (64 KiB).
 TIMEABLE_S = 0.00005
+#: A scan read shorter than this is timed again as an average (a clock tick can floor it to 0 s).
+STEADY_FLOOR_S = 0.00002
+STEADY_S = 0.002
+STEADY_RUNS = 200
 #: Whatever the growth, a pattern this slow on the long line (or the short one) is a finding.
 #: The short line's budget per character stays 4x stricter than the long one's; at 0.01 s the
 #: field reader's key-word alternative (linear, ~4.4 us a character on "a a a ...") sat at 88% of
@@ -117,16 +121,32 @@ def _cost(regex: re.Pattern[str], line: str) -> float:
     return time.thread_time() - start
 
 
+def _steady_cost(regex: re.Pattern[str], line: str) -> float:
+    """CPU seconds of one scan, averaged over as many scans as take ``STEADY_S`` (at most
+    ``STEADY_RUNS``): one scan of a short line can read 0 s, or a whole clock tick, on a busy
+    machine whose thread clock advances in ticks."""
+    runs, spent = 0, 0.0
+    while spent < STEADY_S and runs < STEADY_RUNS:
+        spent += _cost(regex, line)
+        runs += 1
+    return max(spent / runs, 1e-9)
+
+
+def _short_cost(regex: re.Pattern[str], line: str, tries: int) -> float:
+    """The best of ``tries`` scans, or the steady average where that best is too short to trust."""
+    best = min(_cost(regex, line) for _ in range(tries))
+    return best if best >= STEADY_FLOOR_S else _steady_cost(regex, line)
+
+
 def _superlinear(regex: re.Pattern[str], unit: str, sizes: tuple[int, int], tries: int) -> tuple[float, float] | None:
     """(growth past linear, seconds) if ``regex`` is superlinear or too slow on lines of ``unit``."""
     short, long = _line(unit, sizes[0]), _line(unit, sizes[1])
     # (the short line is cheap: its best of several, as a busy machine inflating it would hide growth)
-    t_short = min(_cost(regex, short) for _ in range(max(tries, 5)))
+    t_short = _short_cost(regex, short, max(tries, 5))
     if t_short > MAX_SHORT_S * sizes[0] / SHORT_CHARS:  # never time the long line of a cubic pattern
         return float("inf"), t_short
     t_long = min(_cost(regex, long) for _ in range(tries))
-    # (a clock tick floors the short scan: thread time can read 0 s on it)
-    yardstick = min(_cost(_ONE_PASS, long) for _ in range(3)) / max(min(_cost(_ONE_PASS, short) for _ in range(3)), 1e-6)
+    yardstick = min(_cost(_ONE_PASS, long) for _ in range(3)) / _short_cost(_ONE_PASS, short, 3)
     growth = t_long / t_short / yardstick
     return (growth, t_long) if growth > MAX_GROWTH or t_long > MAX_LONG_S else None
 
