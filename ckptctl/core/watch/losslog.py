@@ -77,6 +77,7 @@ from ckptctl.core.watch.logplan import (
     looks_like_metrics,
     plan_for,
 )
+from ckptctl.core.watch.logspread import Spread, opens, spread_feed, spread_flush
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -154,6 +155,7 @@ class LossLogParser:
         """The format was locked by records that carry an evaluation along (``lock``)."""
         self.csv: CsvHeader | None = None
         self.blocks = KeyValueBlocks()
+        self.spread = Spread()
         self.pairs = EpochBatchPairs()
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
@@ -241,8 +243,12 @@ class LossLogParser:
         if not part.strip():
             return
         text, tag_rank = clean_line(part)
-        if not text:
-            return
+        if not text or (("{" in text or self.spread.open) and spread_feed(self, part, text, tag_rank, line_no, multi, events)):
+            return  # (a line of a dict printed over several lines: ``logspread``)
+        self.feed_clean(part, text, tag_rank, line_no, multi, events)
+
+    def feed_clean(self, part: str, text: str, tag_rank: int | None, line_no: int, multi: bool, events: list[LogEvent], learn: bool = True) -> None:
+        """A part's cleaned text (``learn``: a physical line's, the fast path may make its template)."""
         self._indented = part[:1].isspace() or text[:1] in "|>-*"
         found = self._feed_text(text, tag_rank, line_no)
         # (a progress bar's redraws, parts of one line, are never start-up lines)
@@ -254,12 +260,12 @@ class LossLogParser:
         events.extend(found)
         if not found and len(self.unread_samples) < 3 and looks_like_metrics(text):
             self.unread_samples.append(f"line {line_no}: {text[:80]!r}")
-        if self._fast is not None and len(part) <= MAX_TEMPLATE_CHARS:
+        if self._fast is not None and len(part) <= MAX_TEMPLATE_CHARS and learn and not ("{" in text and opens(text)):
             self._fast.learn(part, text, any(isinstance(e, LossPoint) for e in found))
 
     def flush(self) -> list[LogEvent]:
         """The record still being assembled, if it has a loss (end of input)."""
-        return self.emit_pending()
+        return [*spread_flush(self), *self.emit_pending()]
 
     def peek(self) -> LossPoint | None:
         """The record being assembled as a point (not consumed), for a live evaluation."""
