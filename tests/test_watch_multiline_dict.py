@@ -74,7 +74,7 @@ def test_an_unclosed_dict_does_not_swallow_the_log(fast: bool) -> None:
     got = _points(lines, fast)
     assert [p.loss for p in got] == pytest.approx([2.0 - s / 1000 for s in range(10, 200, 10)])
     # ... and at the end of the input, an open record is read line by line (nothing hangs, no point made up)
-    tail = lines + ["{'loss': 5.0,", " 'epoch': 3.0,"]
+    tail = [*lines, "{'loss': 5.0,", " 'epoch': 3.0,"]
     assert len(_points(tail, fast)) == len(got)
 
 

@@ -23,15 +23,12 @@ one by one): memory stays bounded whatever the input.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.logextras import prefix_dict_record
 from ckptctl.core.watch.logplan import dict_record
-
-if TYPE_CHECKING:
-    from ckptctl.core.watch.logevents import LogEvent
-    from ckptctl.core.watch.losslog import LossLogParser
 
 __all__ = ["MAX_CHARS", "MAX_LINES", "Spread", "opens", "spread_feed", "spread_flush"]
 
@@ -119,6 +116,17 @@ class Spread:
         if rec is None or rec.step is None:
             rec = prefix_dict_record(text, doc[0]) or rec
         return None if rec is None else text
+
+
+class LossLogParser(Protocol):
+    """What this rule reads and changes of its parser (``losslog.LossLogParser``)."""
+
+    spread: Spread
+    plain: bool
+
+    def feed_clean(
+        self, part: str, text: str, tag_rank: int | None, line_no: int, multi: bool, events: list[LogEvent], learn: bool = True
+    ) -> None: ...
 
 
 def spread_feed(p: LossLogParser, part: str, text: str, tag_rank: int | None, line_no: int, multi: bool, events: list[LogEvent]) -> bool:
