@@ -37,6 +37,7 @@ from ckptctl.core.watch.logevents import (
     line_shape,
     match_marker,
 )
+from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -359,9 +360,12 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     if is_fence(text) or (p.requested_csv and maybe_csv_header(text)) or match_marker(text, body, 0, doc[0] if doc else None) is not None:
         kind = GENERAL
     elif doc is not None:
-        kind = DICT if dict_record(*doc) is not None else NOTHING
+        rec = dict_record(*doc)
+        kind = DICT if rec is not None and rec.step is not None else GENERAL if prefix_dict_record(body, doc[0]) is not None else DICT if rec is not None else NOTHING
     elif "{" in body and "}" in body:
         return None  # braces that hold no dict: whether a dict parses depends on its numbers' forms
+    elif is_list_line(body):
+        kind = GENERAL  # (a list ending in a step and a learning rate: logextras)
     else:
         tokens = lt.tokenize_meaningful(body)
         if tokens is None:

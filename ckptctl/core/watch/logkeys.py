@@ -23,7 +23,7 @@ KEY_VOCABULARY: tuple[str, ...] = (
     "time", "timestamp", "walltime", "ts", "dt", "ms", "elapsed", "epoch", "nan",
     "val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing", "dev",
     "xent", "nll", "cost", "mse", "rmse", "mae", "entropy",
-    "up", "upd", "ep", "itn", "batch", "perplexity", "ppl",
+    "up", "upd", "ep", "itn", "batch", "perplexity", "ppl", "exs", "examples",
 )  # fmt: skip
 #: Words a logger glues to ``loss`` (fairseq-lua's ``trainloss``, ``validloss``, ``testloss``):
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
@@ -91,6 +91,8 @@ _ABBREVIATED = {"up": ("step", 1), "upd": ("step", 1), "itn": ("step", 3), "ep":
 #: ranked after every other (a per-epoch counter is composed with the epoch by ``axis``); only
 #: the key alone (``batch size``, ``batch_time``, ``tokens per batch`` are none).
 _BATCH_KEYS = frozenset({"batch", "batch_idx", "batch_id"})
+#: A logger's level word glued before a key (``DEBUG TRAIN Batch``): not a word of the key.
+_LEVEL_WORDS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "notice", "trace"})
 _TIME_KEYS = frozenset({"ms_per_it", "s_per_it", "ms_per_step", "s_per_step", "sec_it"})
 
 
@@ -120,6 +122,12 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
     words = list(key_words(key))
     if not words:
         return None
+    if len(words) > 1 and words[0] in _LEVEL_WORDS and key.startswith(words[0]):
+        # a logger's level glued before a counter's key (WeNet's "DEBUG TRAIN Batch 4/203700"): no
+        # word of it (only for a step or an epoch: InfoGAN's "info_loss" is a loss of its own)
+        unlevelled = classify_key(key[len(words[0]) :].lstrip("_ /.-"), unit)
+        if unlevelled is not None and unlevelled[0] in (STEP, EPOCH):
+            return unlevelled
     wset = set(words)
     last = words[-1]
     if wset & _EVAL_WORDS:
@@ -184,17 +192,19 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         return TOKENS, 0
     if wset & {"samples", "sample"} and wset & {"seen", "consumed", "num", "processed"}:
         return SAMPLES, 0
+    if wset & {"exs", "examples"} and wset & {"seen", "num", "processed", "total"}:
+        return SAMPLES, 0  # examples seen (ParlAI's "total_exs:32")
     if key in _ABBREVIATED:
         return _ABBREVIATED[key]
-    if key in _BATCH_KEYS:
+    if key in _BATCH_KEYS or (last == "batch" and wset - {"batch"} <= _TRAIN_QUALIFIERS):
         return STEP, 6
     if last in _STEP_WORDS and not wset & {"per", "time", "validate"}:
         joined = "_".join(words[-2:])
         return STEP, min(_STEP_WORDS.get(joined, 9), _STEP_WORDS[last])
     if key in _STEP_WORDS:
         return STEP, _STEP_WORDS[key]
-    if last == "epoch":
-        return EPOCH, 0
+    if last == "epoch" or (words[0] == "epoch" and wset - {"epoch"} <= _TRAIN_QUALIFIERS):
+        return EPOCH, 0  # ("Epoch_Train: 64003": TF-CRNN's, an epoch named the training one)
     if key in {"time", "timestamp", "_timestamp", "wall_time", "walltime", "ts"}:
         return WALL, 0
     return None

@@ -123,12 +123,15 @@ def dict_plan_for(keys: tuple[str, ...]) -> Plan:
     """The plan of a dict line (HF Trainer, JSON lines): its keys' meanings, read a dict's way.
 
     An evaluation key makes the record none (``saw_eval``); only a loss ranked 2 or better
-    counts; a time above 1e8 is the wall clock; other metrics are kept as they are.
+    counts, or with none the first part under a ``loss/`` path (TRL PPO's ``loss/policy_avg``,
+    ``loss/value_avg``: the loss's own namespace); a time above 1e8 is the wall clock; other
+    metrics are kept as they are.
     """
     steps: list[tuple[int, int]] = []
     loss, loss_rank = -1, 99
     saw_eval = False
     epoch = -1
+    loss_ns = -1
     ops: list[tuple[int, int, str]] = []
     for i, key in enumerate(keys):
         meaning = lk.classify_key(key)
@@ -142,6 +145,8 @@ def dict_plan_for(keys: tuple[str, ...]) -> Plan:
         elif kind == lk.LOSS:
             if rank < loss_rank and rank <= 2:
                 loss, loss_rank = i, rank
+            elif rank == 3 and loss_ns < 0 and key.split("/", 1)[0] == "loss":
+                loss_ns = i  # a part under the loss's own namespace (TRL PPO's "loss/policy_avg")
         elif kind == lk.EPOCH:
             ops.append((OP_EPOCH, i, kind))
             epoch = i
@@ -153,6 +158,8 @@ def dict_plan_for(keys: tuple[str, ...]) -> Plan:
             ops.append((OP_DICT_SEC, i, kind))
         elif kind in METRIC_KINDS:
             ops.append((OP_METRIC, i, kind))
+    if loss < 0 and loss_ns >= 0:
+        loss, loss_rank = loss_ns, 3  # only when no key is the loss itself
     return Plan(tuple(i for _rank, i in sorted(steps)), loss, loss_rank, saw_eval, tuple(ops), epoch)
 
 

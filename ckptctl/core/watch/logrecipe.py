@@ -24,6 +24,7 @@ from ckptctl.core.watch.logevents import (
     RestartDetector,
     record_shape,
 )
+from ckptctl.core.watch.logextras import is_batch_key
 from ckptctl.core.watch.logplan import (
     OP_DICT_SEC,
     OP_DICT_WALL,
@@ -130,6 +131,8 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
     found = lt.fields_with_positions(body)
     if [f for f, _, _ in found] != list(tokens.fields):
         return False
+    if any(f.total is not None and is_batch_key(f.key) for f in tokens.fields):
+        return False  # a batch key's N/T may be an (epoch, batch) pair: the parser's state decides (logextras)
     groups: list[int] = []
     totals: list[int] = []
     for f, a, b in found:

@@ -51,9 +51,19 @@ def table_header(text: str) -> tuple[str, ...] | None:
         return None
     keys = tuple(_column_key(c) for c in cells)
     kinds = {m[0] for m in (lk.classify_key(k) for k in keys if k) if m}
+    if lk.LOSS not in kinds and "total" in keys and len(_COMPONENTS.intersection(keys)) >= 2:
+        # the loss's components named without the word (old YOLO's "GIoU obj cls total", "xy wh conf
+        # cls total"): the column "total" beside them is the loss
+        keys = tuple("total_loss" if k == "total" else k for k in keys)
+        kinds.add(lk.LOSS)
     if lk.LOSS in kinds and (lk.STEP in kinds or lk.EPOCH in kinds):
         return keys
     return None
+
+
+#: Loss components a detector's table names without the word "loss" (ultralytics YOLOv3/v5's early
+#: ``('Epoch', 'gpu_mem', 'GIoU', 'obj', 'cls', 'total', ...)``, ``('xy', 'wh', 'conf', 'cls', 'total')``).
+_COMPONENTS = frozenset({"giou", "box", "obj", "cls", "xy", "wh", "conf", "iou", "l1", "dfl", "seg", "kpt"})
 
 
 #: A cell with a unit glued to its number (YOLO's ``GPU_mem`` ``10.2G``): not a number, not prose.
@@ -81,6 +91,7 @@ def table_row(text: str, columns: tuple[str, ...], *, markdown: bool) -> tuple[F
         return None
     fields: list[Field] = []
     for key, cell in zip(columns, cells, strict=True):
+        cell = cell if markdown or cell[:1] != "*" else cell.strip("*")  # Markdown emphasis kept in a pasted row
         value = parse_float(cell) if cell else None
         if value is None:
             if markdown:

@@ -63,6 +63,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
     record_shape,
 )
+from ckptctl.core.watch.logextras import EpochBatchPairs, list_record, prefix_dict_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
@@ -153,6 +154,7 @@ class LossLogParser:
         """The format was locked by records that carry an evaluation along (``lock``)."""
         self.csv: CsvHeader | None = None
         self.blocks = KeyValueBlocks()
+        self.pairs = EpochBatchPairs()
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
         self.markdown = False
@@ -306,12 +308,18 @@ class LossLogParser:
             return []  # notes around the fenced log: their numbers are no data
         if doc is not None:
             rec = dict_record(*doc)
+            if rec is None or rec.step is None:
+                rec = prefix_dict_record(body, doc[0]) or rec  # ParlAI's "[ time:10s total_exs:32 ] {...}"
             if rec is None:
                 return []
             rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
             return self.accept(rec, tag_rank)
         if "{" in body and "}" in body:
             return []  # a template or code ({step:2d}), or a dict that did not parse
+        listed = list_record(body) if body.endswith("]") else None
+        if listed is not None:  # the VITS family's "[*losses, global_step, lr]"
+            listed.line_no, listed.wall, listed.fmt = line_no, wall, dialect(text)
+            return self.accept(listed, tag_rank)
         if self.columns is None:
             # no word a key could mean something by, no progress counter, no table: nothing to read
             maybe = lt.tokenize_meaningful(body)
@@ -331,6 +339,7 @@ class LossLogParser:
                 return row
         if not tokens.fields:
             return self._no_fields(body, tokens, line_no, tag_rank)
+        tokens = self.pairs.read(tokens)  # WeNet's "Batch {epoch}/{batch}"
         kinds = lt.meanings(tokens)
         if self.pending is None and lt.is_metrics_only(tokens, kinds):
             return []  # a progress bar's it/s, a memory line: nothing to add them to
@@ -449,7 +458,9 @@ class LossLogParser:
             pending = self.pending
             if (
                 pending is not None
-                and (self._indented or continues)  # a record's continuation: indented, bulleted, or a short key: value line
+                # a record's continuation: indented, bulleted, a short key: value line, or the line
+                # right after a header with no loss (RVC's "[200, 9.99e-05]" then "loss_disc=3.859, ...")
+                and (self._indented or continues or (pending.loss is None and rec.line_no == pending.line_no + 1))
                 and not self.in_eval
                 and rec.line_no - pending.line_no <= _RECORD_SPAN_LINES
             ):
