@@ -60,6 +60,19 @@ _EVAL_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "eval
 EVAL_NO_VALUE_RE = re.compile(
     r"(?i)\b(?:val|valid|validation|eval|evaluation)[ \t]*[:=][ \t]*(?:n/a|na|none|null|-+(?![\d.])|" + NUM + r")(?![\w/])"
 )
+#: Python logging's basic format (``INFO:name:``) and Hydra's (``[time][name][INFO]``) open a line
+#: with the logger's name: the program's, not the line's (a project named ``mi-test`` does not make
+#: every line an evaluation line), so its words are left out of ``EVAL_LINE_WORDS``' check.
+_LOGGER_PREFIX_RE = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.\-]{1,128}:"
+                               r"|(?:\[[^\]\n]{1,64}\])?\[[\w.\-]{1,128}\]\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]")
+
+
+def without_logger(text: str) -> str:
+    """``text`` less a logging prefix naming the logger (``_LOGGER_PREFIX_RE``)."""
+    m = _LOGGER_PREFIX_RE.match(text)
+    return text if m is None else text[m.end():]
+
+
 #: Any of these words on a text line makes it an evaluation line (fairseq's "| valid | ... | loss 5.2 |", timm's
 #: and the ImageNet example's "Test: [ 0/48]  Loss: ...").
 EVAL_LINE_WORDS = frozenset({"val", "valid", "validate", "validation", "eval", "evaluate", "evaluation", "evaluating", "test", "testing"})

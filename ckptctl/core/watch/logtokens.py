@@ -35,6 +35,7 @@ from ckptctl.core.watch.logkeys import (
     classify_key,
     is_meaningless,
     key_words,
+    without_logger,
 )
 
 __all__ = [
@@ -357,15 +358,14 @@ def tokenize_meaningful(text: str) -> Tokens | None:
 def _tokenize(text: str, *, skip_meaningless: bool) -> Tokens | None:
     if _DIGIT_RE.search(text) is None and _NONFINITE_RE.search(text) is None:
         # no number, so no field and no counter: only the words matter
-        return Tokens((), None, not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(text.lower())), 0)
+        return Tokens((), None, not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(without_logger(text).lower())), 0)
     if skip_meaningless and is_meaningless(text):
         return None
     found = _fields_slow(text)
-    all_words = _WORDS_RE.findall(text.lower())
     num_numbers = len(_NUM_RE.findall(text))
-    is_eval = not EVAL_LINE_WORDS.isdisjoint(all_words)
-    if is_eval and EVAL_NO_VALUE_RE.search(text) is not None:
-        is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(EVAL_NO_VALUE_RE.sub(" ", text).lower()))
+    is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall((own := without_logger(text)).lower()))
+    if is_eval and EVAL_NO_VALUE_RE.search(own) is not None:
+        is_eval = not EVAL_LINE_WORDS.isdisjoint(_WORDS_RE.findall(EVAL_NO_VALUE_RE.sub(" ", own).lower()))
     counter, outer = _counter(text, taken_starts(found))
     return Tokens(tuple(f for f, _, _ in found), counter, is_eval, num_numbers if not found else -1, outer)
 
