@@ -70,6 +70,7 @@ SIGNATURE_KEYS = frozenset(
         "xid_report",
         "state_report",
         "fallback",
+        "lone_verdict",
         "examples",
     }
 )
@@ -144,6 +145,10 @@ class Signature:
     "GPU is lost"), not an event the driver, kernel or job logged: it says the device
     is bad now, not that it ended the job. With nothing else in the input (no failure
     of the job, no kernel event) the verdict it decides is low confidence."""
+    lone_verdict: bool = False
+    """A symptom whose own category is the verdict, at low confidence, when no cause in the
+    input decides one (NCCL's ncclSystemError / ncclRemoteError: NCCL's own result class says
+    "a system call" or "the network or a remote process", nothing more)."""
     examples: tuple[str, ...] = ()
     """Real-looking lines the pattern must match (checked by the test suite)."""
 
@@ -234,6 +239,9 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
     fallback = entry.get("fallback", False)
     if not isinstance(fallback, bool):
         raise CatalogError(f"{where}: 'fallback' must be true or false, got {fallback!r}")
+    lone_verdict = entry.get("lone_verdict", False)
+    if not isinstance(lone_verdict, bool) or (lone_verdict and role != "symptom"):
+        raise CatalogError(f"{where}: 'lone_verdict' must be true or false, and true only for a symptom")
     drain = entry.get("drain", category == "infra" and role == "cause")
     if not isinstance(drain, bool):
         raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
@@ -256,6 +264,7 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         xid_report=xid_report,
         state_report=state_report,
         fallback=fallback,
+        lone_verdict=lone_verdict,
         source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),
     )

@@ -406,13 +406,6 @@ def _action(
     return f"{head} {specific}".strip()
 
 
-#: Signatures of NCCL's result classes that mean "the system or the network" in NCCL's
-#: own words (nccl.h: ncclSystemError "System call (socket, malloc, munmap, etc) failed",
-#: ncclRemoteError "A call failed possibly due to a network error or a remote process
-#: exiting prematurely"; the torch wrappers' "unhandled system error", "remote process exited
-#: or there was a network error"). ncclInternalError (nccl-comm-failed) says nothing of where.
-_NCCL_SYSTEM_CLASSES = frozenset({"nccl-remote-error", "nccl-system-error"})
-
 _GENERIC_SETTLE = (
     "the kernel log of every host (journalctl -k -o short-iso, or dmesg -T) for NVIDIA XID, "
     "ECC, PCIe and OOM-killer lines",
@@ -456,15 +449,16 @@ def _unknown_verdict(
         )
     symptom_hosts = _unique(h for t in symptom_tallies for h in t.hosts if len(t.hosts) <= 2)
     category: VerdictCategory = "unknown"
-    if any(t.signature.id in _NCCL_SYSTEM_CLASSES for t in symptom_tallies):
-        # NCCL's own result class (ncclRemoteError: "a network error or a remote process
-        # exiting prematurely"; ncclSystemError: a system call failed) is the only word on
-        # the failure: its category at low confidence, the peers its lines name as suspects.
-        category = "infra"
-        reasons = (*reasons, "NCCL's error class (remote/system error) is all the input says: infra, low")
+    lone = [t.signature for t in symptom_tallies if t.signature.lone_verdict]
+    if lone:
+        # a symptom that names its own class (NCCL's remote/system error: Signature.lone_verdict)
+        # is the only word on the failure: its category at low confidence, the peers its lines
+        # name as suspects
+        category = lone[0].category
+        reasons = (*reasons, f"{lone[0].id} is all the input says: {category}, low")
         action = (
-            "Likely, not certain: NCCL lost a peer or the network to it. Read the suspects' "
-            "logs below before draining anything, then resume from the last complete checkpoint."
+            f"Likely, not certain: {lone[0].description}. Read the suspects' logs below before "
+            "draining anything, then resume from the last complete checkpoint."
         )
     return Verdict(
         category=category,
