@@ -22,9 +22,9 @@ from typing import Any
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.logplan import Record, apply, dict_plan_for, plan_for
+from ckptctl.core.watch.logplan import Record, apply, dict_plan_for, dict_record, plan_for
 
-__all__ = ["is_list_line", "list_record", "prefix_dict_record"]
+__all__ = ["dict_line_record", "is_list_line", "list_record", "prefix_dict_record"]
 
 #: A bracketed list of 2 to 16 numbers ending the line, after a logger's prefix (``INFO:name:``,
 #: ``| INFO | ``, a timestamp) or alone. Bounded repetition, anchored at the end: linear.
@@ -59,6 +59,14 @@ def list_record(text: str) -> Record | None:
         rec.loss, rec.loss_rank = nums[0], 3
     return rec
 
+
+def dict_line_record(body: str, doc: tuple[dict[str, Any], str]) -> Record | None:
+    """The record of a line holding the dict ``doc`` (``lt.read_dict``): the dict's own, or, when it
+    has no step, the one a bracketed prefix of fields gives it (``prefix_dict_record``)."""
+    rec = dict_record(*doc)
+    if rec is None or rec.step is None:
+        rec = prefix_dict_record(body, doc[0]) or rec
+    return rec
 
 
 def prefix_dict_record(body: str, doc: dict[str, Any]) -> Record | None:

@@ -361,7 +361,12 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         kind = GENERAL
     elif doc is not None:
         rec = dict_record(*doc)
-        kind = DICT if rec is not None and rec.step is not None else GENERAL if prefix_dict_record(body, doc[0]) is not None else DICT if rec is not None else NOTHING
+        if rec is not None and rec.step is not None:
+            kind = DICT
+        elif prefix_dict_record(body, doc[0]) is not None:
+            kind = GENERAL  # (the step from a prefix of fields before the dict: ``logextras``)
+        else:
+            kind = NOTHING if rec is None else DICT
     elif "{" in body and "}" in body:
         return None  # braces that hold no dict: whether a dict parses depends on its numbers' forms
     elif is_list_line(body):

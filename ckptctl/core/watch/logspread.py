@@ -27,8 +27,7 @@ from typing import Protocol
 
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.logevents import LogEvent
-from ckptctl.core.watch.logextras import prefix_dict_record
-from ckptctl.core.watch.logplan import dict_record
+from ckptctl.core.watch.logextras import dict_line_record
 
 __all__ = ["MAX_CHARS", "MAX_LINES", "Spread", "opens", "spread_feed", "spread_flush"]
 
@@ -112,10 +111,7 @@ class Spread:
         doc = lt.read_dict(text)
         if doc is None:
             return None
-        rec = dict_record(*doc)
-        if rec is None or rec.step is None:
-            rec = prefix_dict_record(text, doc[0]) or rec
-        return None if rec is None else text
+        return None if dict_line_record(text, doc) is None else text
 
 
 class LossLogParser(Protocol):

@@ -63,7 +63,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
     record_shape,
 )
-from ckptctl.core.watch.logextras import EpochBatchPairs, list_record, prefix_dict_record
+from ckptctl.core.watch.logextras import EpochBatchPairs, dict_line_record, list_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
@@ -73,7 +73,6 @@ from ckptctl.core.watch.logplan import (
     Record,
     apply,
     dialect,
-    dict_record,
     looks_like_metrics,
     plan_for,
 )
@@ -313,9 +312,7 @@ class LossLogParser:
         if prose:
             return []  # notes around the fenced log: their numbers are no data
         if doc is not None:
-            rec = dict_record(*doc)
-            if rec is None or rec.step is None:
-                rec = prefix_dict_record(body, doc[0]) or rec  # ParlAI's "[ time:10s total_exs:32 ] {...}"
+            rec = dict_line_record(body, doc)  # (ParlAI's "[ time:10s total_exs:32 ] {...}": the prefix's step)
             if rec is None:
                 return []
             rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
