@@ -29,6 +29,9 @@ KEY_VOCABULARY: tuple[str, ...] = (
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
 _GLUED_LOSS_PREFIXES = ("train", "training", "total", "valid", "val", "test", "eval", "dev", "lm", "avg", "mean")
 KEY_VOCABULARY += tuple(p + "loss" for p in _GLUED_LOSS_PREFIXES)
+#: Words a logger glues after ``loss`` (MXNet metric names: insightface's ``lossvalue``): split too.
+_GLUED_LOSS_SUFFIXES = ("value",)
+KEY_VOCABULARY += tuple("loss" + p for p in _GLUED_LOSS_SUFFIXES)
 #: A line that can carry a field with a meaning has a vocabulary word between non-letters
 #: (a key's words are split at ``_ . / -`` and blanks; a digit or other sign next to a
 #: word only makes it longer, never shorter).
@@ -115,6 +118,7 @@ _KEY_SPLIT_RE = re.compile(r"[_\s/.\-]+")
 
 
 _GLUED_LOSS = frozenset(p + "loss" for p in _GLUED_LOSS_PREFIXES)
+_LOSS_GLUED = frozenset("loss" + p for p in _GLUED_LOSS_SUFFIXES)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,6 +128,8 @@ def key_words(key: str) -> tuple[str, ...]:
     for w in _KEY_SPLIT_RE.split(key):
         if w in _GLUED_LOSS:
             words += (w[:-4], "loss")
+        elif w in _LOSS_GLUED:
+            words += ("loss", w[4:])
         elif w:
             words.append(w)
     return tuple(words)

@@ -374,12 +374,11 @@ class LossLogParser:
             self.in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
             return self.emit_pending()
         markdown = is_markdown_row(body)
-        if tokens.num_numbers == 0 or markdown:
-            header = table_header(body)
-            if header is not None:
-                # a column header (words only, a step and a loss among them), again at each launch
-                self.columns, self._columns_md, self.plain = header, markdown, False
-                return self.emit_pending()
+        header = table_header(body)  # (digits inside its column names: spaCy's "LOSS TOK2VEC")
+        if header is not None:
+            # a column header (words only, a step and a loss among them), again at each launch
+            self.columns, self._columns_md, self.plain = header, markdown, False
+            return self.emit_pending()
         if self.columns is not None:
             return self._row(body, line_no, tag_rank) or []
         return []
