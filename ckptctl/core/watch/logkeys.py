@@ -132,6 +132,8 @@ def key_words(key: str) -> tuple[str, ...]:
             words += ("loss", w[4:])
         elif w:
             words.append(w)
+    if len(words) > 1 and words[0] == "l" and words[1].isalpha() and "loss" not in words:
+        words[0] = "loss"  # BasicSR's loss components "l_pix", "l_g_gan", "l_d_real" (its loss_dict keys)
     return tuple(words)
 
 
