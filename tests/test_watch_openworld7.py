@@ -98,6 +98,8 @@ def test_a_header_split_at_blank_runs_when_its_names_hold_a_blank() -> None:
         "epoch", "step", "loss_tok2vec", "loss_ner", "ents_f", "score")
     assert table_header("Epoch  Train Loss  Val Loss") == ("epoch", "train_loss", "val_loss")
     assert table_header("step loss lr") == ("step", "loss", "lr")  # single blanks only: a blank ends a name
+    # identifiers set apart by single blanks and by runs alike: each is a name of its own
+    assert table_header("current_step max_steps loss   lr       epoch") == ("current_step", "max_steps", "loss", "lr", "epoch")
     assert table_header("E  LOSS NER  SCORE") is None  # no step: "E" is an epoch only beside "#"
 
 

@@ -47,13 +47,17 @@ def _column_key(cell: str) -> str:
 def table_header(text: str) -> tuple[str, ...] | None:
     """The column keys of a header line (words only, a step or epoch and a loss among them), else None.
 
-    Column names of two words (spaCy's ``E    #       LOSS TOK2VEC  LOSS NER  ENTS_F  SCORE``) are
-    read when the header's columns are set apart by runs of blanks and single blanks join the words
-    of a name: the header is split at the runs when the split at every blank names no loss and
-    step. A column named ``#`` counts the records (the step), ``E`` beside it the epoch."""
+    Column names of two or three plain words (spaCy's ``E    #       LOSS TOK2VEC  LOSS NER  ENTS_F
+    SCORE``, ``Epoch  Train Loss  Val Loss``) are read when the header's columns are set apart by runs
+    of blanks: the header is split at the runs when that names a step (or epoch) and a loss and the
+    names holding a blank are plain words (no ``_`` or ``/``: identifiers are set apart by single
+    blanks, LlamaBoard's ``current_steps total_steps loss   lr``). A column named ``#`` counts the
+    records (the step), ``E`` beside it the epoch."""
     if ("  " in text or "\t" in text) and not is_markdown_row(text):
         cells = _WIDE_GAP_RE.split(text.strip(_BOX_BORDERS))
-        if any(" " in c for c in cells):
+        spaced = [c for c in cells if " " in c]
+        # (a name of a few plain words: identifiers with "_" or "/" are set apart by single blanks too)
+        if spaced and all(len(c.split()) <= 3 and "_" not in c and "/" not in c for c in spaced):
             keys = _header_keys(cells)
             if keys is not None:
                 return keys
