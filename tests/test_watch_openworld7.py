@@ -122,6 +122,8 @@ def test_keys_glued_or_abbreviated_that_name_a_loss() -> None:
     assert lk.classify_key("l_g_gan") == (lk.LOSS, 3)
     assert lk.classify_key("l1") is None
     assert lk.classify_key("l_1") is None
+    assert lk.classify_key("logit_scale") is None  # open_clip's temperature, no loss scale
+    assert lk.classify_key("grad_scale") == (lk.LOSS_SCALE, 1)
 
 
 @BOTH

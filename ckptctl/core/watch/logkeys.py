@@ -191,8 +191,8 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         return LR, 0
     if wset & {"gnorm", "grad_norm"} or words[-2:] == ["grad", "norm"] or (last == "norm" and "grad" in wset):
         return GRAD_NORM, 0
-    if last == "scale" and len(words) <= 2:
-        return LOSS_SCALE, 1
+    if last == "scale" and len(words) <= 2 and words[0] not in ("logit", "logits"):
+        return LOSS_SCALE, 1  # ("grad_scale", "scale"; open_clip's "Logit Scale" is the model's temperature)
     if wset & {"mfu"}:
         return MFU, 0
     if wset & {"tflops", "tflop"}:
