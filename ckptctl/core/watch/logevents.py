@@ -270,6 +270,12 @@ class RestartDetector:
         """A marker (restore or restart) since the last data point: nothing more to say."""
         self.settled = False
         """The state is the one ``saw_point`` leaves (most points follow points: nothing to do)."""
+        self._groups = 0
+        """Runs of points seen (a run: points with no other line between)."""
+        self._last_fire: tuple[frozenset[str], int, int] | None = None
+        """The last ``restart``: the start-up lines that came back, ``_groups`` then, its line."""
+        self.cancelled: set[int] = set()
+        """Lines of ``restart`` markers found later to be a record's own header (``drop_cancelled``)."""
 
     def see(self, text: str, events: list[LogEvent], line_no: int, in_record: bool) -> ResumeMarker | None:
         """One line and what it gave; ``in_record``: a multi-line record is open (the data started)."""
@@ -290,6 +296,7 @@ class RestartDetector:
     def saw_point(self) -> None:
         if self.settled:
             return
+        self._groups += 1
         self._data_seen, self._failed, self._marked = True, False, False
         self._back.clear()
         self._recent.clear()
@@ -328,8 +335,24 @@ class RestartDetector:
         needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
         if len(self._back) >= needed:
             self._marked = True
+            shapes, last = frozenset(self._back), self._last_fire
+            if last is not None and last[0] == shapes and last[1] + 1 == self._groups and not self._failed:
+                # The same start-up lines back after every run of points, no failure between: an
+                # epoch's own header (its banner, its warnings), not a relaunch; the earlier
+                # marker was one too. They no longer count as start-up lines.
+                self._preamble -= shapes
+                self.cancelled.add(last[2])
+                self._last_fire = None
+                return None
+            self._last_fire = (shapes, self._groups, line_no)
             return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")
         return None
+
+    def drop_cancelled(self, events: list[LogEvent]) -> list[LogEvent]:
+        """``events`` without the ``restart`` markers found later to be a record's header."""
+        if not self.cancelled:
+            return events
+        return [e for e in events if not (isinstance(e, ResumeMarker) and e.kind == "restart" and e.line_no in self.cancelled)]
 
 
 def line_shape(text: str) -> str:

@@ -197,7 +197,7 @@ _FIELD_RE = re.compile(
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
-    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
+    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*|\[[ \t]*(?=" + _NUM + r"[ \t]*\]))?"  # or glued: "loss[3.57]"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
     r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?"

@@ -593,7 +593,7 @@ def parse_lines(lines: list[str], fmt: str = AUTO, pattern: str | None = None, *
     parser = LossLogParser(fmt, pattern, fast=fast)
     events = parser.feed_lines(lines)
     events.extend(parser.flush())
-    return events
+    return parser.restarts.drop_cancelled(events)
 
 
 from ckptctl.core.watch.logfast import MAX_TEMPLATE_CHARS, FastPath  # noqa: E402  (logfast reads this module's rules)

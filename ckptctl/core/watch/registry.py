@@ -52,6 +52,7 @@ from ckptctl.core.watch.resume import (
     check_jump_across_restart,
     check_marker_steps,
     check_steps,
+    interval_evidence,
     last_save_before,
     weights_only_marker,
 )
@@ -93,6 +94,17 @@ def check_step_counter(ctx: CheckContext) -> CheckResult:
             findings, notes = check_jump_across_restart(resumed, pre, ctx.interval, ctx.gap_tol, ctx.sec_per_step)
             res.findings.extend(findings)
             res.notes.extend((None, n) for n in notes)
+        if any(f.verdict == SKIPPED for f in res.findings) and not (
+            interval_evidence(pre) or interval_evidence(ctx.post)
+        ):
+            # No two points in a row anywhere: the logging interval is a guess, so a first point
+            # far after the checkpoint's step may be a coarse logging cadence ("every 1000
+            # updates"), not skipped steps. Never a verdict from one point.
+            res.findings = [f for f in res.findings if f.verdict != SKIPPED]
+            res.explanation.append(
+                f"steps: the resumed run's first point is at {ctx.unit} {resumed.first_step}, but no two "
+                "points show the logging interval: skipped steps are not judged"
+            )
     elif resumed.first_step <= 1 and pre and pre[-1].step > 1 + ctx.interval:
         res.findings.append(
             Finding(

@@ -144,9 +144,11 @@ class WatchSession:
     def evaluate(self, *, final: bool = False) -> WatchReport:
         """Analyse everything read so far (``final``: the log is complete; see ``analyze``)."""
         pending = self._log_parser.peek()
+        log_events = self._log_parser.restarts.drop_cancelled(self._log_events)
+        baseline = self._baseline_events
         self._report = analyze(
-            self._log_events if pending is None else [*self._log_events, pending],
-            baseline_events=self._baseline_events,
+            log_events if pending is None else [*log_events, pending],
+            baseline_events=baseline if baseline is None else self._baseline_parser.restarts.drop_cancelled(baseline),
             resume_step=self.resume_step,
             config=self.config,
             checkpoint_tokens=self.checkpoint_tokens,
