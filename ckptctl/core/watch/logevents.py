@@ -252,6 +252,9 @@ _FAILURE_RE = re.compile(
 _SHAPE_TABLE = str.maketrans("", "", "0123456789 \t")
 _MAX_PREAMBLE = 256
 _MAX_RECENT = 64
+#: Restarts in a row, one run of points apart, with the same start-up lines: those lines are an epoch's banner.
+_BANNER_ROW = 3
+_MAX_FIRE_SETS = 16
 
 
 class RestartDetector:
@@ -272,8 +275,11 @@ class RestartDetector:
         """The state is the one ``saw_point`` leaves (most points follow points: nothing to do)."""
         self._groups = 0
         """Runs of points seen (a run: points with no other line between)."""
-        self._last_fire: tuple[frozenset[str], int, int] | None = None
-        """The last ``restart``: the start-up lines that came back, ``_groups`` then, its line."""
+        self._streak: tuple[frozenset[str], int, int] | None = None
+        """The last ``restart``: the start-up lines that came back, ``_groups`` then, how many restarts in a
+        row came back with the same lines one run of points apart."""
+        self._fires: dict[frozenset[str], list[int]] = {}
+        """Lines of the ``restart`` markers given, by the start-up lines that came back (bounded)."""
         self.cancelled: set[int] = set()
         """Lines of ``restart`` markers found later to be a record's own header (``drop_cancelled``)."""
 
@@ -335,16 +341,20 @@ class RestartDetector:
         needed = min(2, len(self._preamble)) if self._failed else max(3, (len(self._preamble) + 1) // 2)
         if len(self._back) >= needed:
             self._marked = True
-            shapes, last = frozenset(self._back), self._last_fire
-            if last is not None and last[0] == shapes and last[1] + 1 == self._groups and not self._failed:
-                # The same start-up lines back after every run of points, no failure between: an
-                # epoch's own header (its banner, its warnings), not a relaunch; the earlier
-                # marker was one too. They no longer count as start-up lines.
+            shapes, st = frozenset(self._back), self._streak
+            row = st[2] + 1 if st is not None and st[0] == shapes and st[1] + 1 == self._groups and not self._failed else 1
+            self._streak = (shapes, self._groups, row)
+            if row >= _BANNER_ROW:
+                # The same start-up lines back after every run of points, again and again, no failure
+                # between: an epoch's own banner (its header, its warnings), not relaunches; so were the
+                # markers these lines gave. They no longer count as start-up lines.
                 self._preamble -= shapes
-                self.cancelled.add(last[2])
-                self._last_fire = None
+                self.cancelled.update(self._fires.pop(shapes, ()))
+                self._streak = None
                 return None
-            self._last_fire = (shapes, self._groups, line_no)
+            fires = self._fires.setdefault(shapes, []) if len(self._fires) < _MAX_FIRE_SETS else self._fires.get(shapes, [])
+            if len(fires) < _MAX_RECENT:
+                fires.append(line_no)
             return ResumeMarker(line_no=line_no, step=None, text=text[:200], kind="restart")
         return None
 
