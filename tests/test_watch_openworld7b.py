@@ -45,6 +45,8 @@ def test_a_number_in_brackets_right_after_its_key_is_its_value() -> None:
     assert _fields("loss [0.5] lr[3e-4]") == {"loss": 0.5, "lr": 3e-4}
     # an opening bracket without its closing one right after the number reads nothing new
     assert "loss" not in _fields("loss[0.5 of the batch")
+    # an index is no value: a whole number right after the bracket (code in a traceback)
+    assert _fields("    total = losses[0] + step[12]") == {}
 
 
 def _glued(updates: range, *, f: float = 1.0, start: int = 0) -> list[str]:

@@ -189,6 +189,8 @@ _BRACKET_KEY = "iter"
 #   ("batch" only as Composer's "[batch=N/T]": a bare "Batch (12/300)" next to an epoch counts
 #   within the epoch, which the progress-bar rule reads).
 _BRACKET_STEP = r"iter|iteration|step"
+#: A value in brackets glued to its key (``loss[3.57]``, ``lr[3e-4]``), not an index (``steps[0]``; padded: ``updates[ 14]``).
+_BRACKETED = r"[-+]?(?:\d*\.\d+(?:[eE][-+]?\d+)?|\d+\.?\d*[eE][-+]?\d+)[ \t]*\]"
 _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
@@ -197,7 +199,7 @@ _FIELD_RE = re.compile(
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
-    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*|\[[ \t]*(?=" + _NUM + r"[ \t]*\]))?"  # or glued: "loss[3.57]"
+    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*|\[[ \t]*(?=(?<=[ \t])" + _NUM + r"[ \t]*\]|" + _BRACKETED + r"))?"  # "loss[3.57]", "updates[ 14]"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
     r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?"
