@@ -22,6 +22,7 @@ import warnings
 from typing import Any, NamedTuple
 
 from ckptctl.core.verify import jsonsafe
+from ckptctl.core.watch.logbracket import unglue
 from ckptctl.core.watch.logkeys import (
     EPOCH,
     EVAL,
@@ -189,8 +190,6 @@ _BRACKET_KEY = "iter"
 #   ("batch" only as Composer's "[batch=N/T]": a bare "Batch (12/300)" next to an epoch counts
 #   within the epoch, which the progress-bar rule reads).
 _BRACKET_STEP = r"iter|iteration|step"
-#: A value in brackets glued to its key (``loss[3.57]``, ``lr[3e-4]``), not an index (``steps[0]``; padded: ``updates[ 14]``).
-_BRACKETED = r"[-+]?(?:\d*\.\d+(?:[eE][-+]?\d+)?|\d+\.?\d*[eE][-+]?\d+)[ \t]*\]"
 _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
@@ -199,7 +198,7 @@ _FIELD_RE = re.compile(
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
-    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*|\[[ \t]*(?=(?<=[ \t])" + _NUM + r"[ \t]*\]|" + _BRACKETED + r"))?"  # "loss[3.57]", "updates[ 14]"
+    r"[ \t]*(?:[:=][ \t]*[\[(]?[ \t]*)?"
     r"(?P<num>" + _NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))"
     r"(?:(?P<unit>%|(?:" + _UNITS + r")(?:/(?:step|it|iter|s|sec|batch|gpu|GPU))?(?![A-Za-z0-9]))|(?![A-Za-z]))(?!-\d)"
     r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?"
@@ -236,6 +235,7 @@ _NEXT_VALUE_RE = re.compile(
 
 def _fields_slow(text: str) -> list[tuple[Field, int, int]]:
     """Fields with the start of their number and of their total (-1: none)."""
+    text = unglue(text) if "[" in text else text  # "loss[3.57]" reads as "loss 3.57"
     out: list[tuple[Field, int, int]] = []
     pair: tuple[int, re.Match[str]] | None = None
     lead: tuple[Field, int, int] | None = None
