@@ -84,6 +84,19 @@ CASES = [
      "safetensors-file-corrupt", "job", "medium"),
     ("_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with `weights_only` set to "
      "`False` will likely succeed", "torch-load-weights-only", "job", "medium"),
+    # CPython's faulthandler: the signal decides; its watchdog says a process hung
+    ("Fatal Python error: Segmentation fault", "faulthandler-fatal-native", "job", "medium"),
+    ("Fatal Python error: Illegal instruction", "faulthandler-fatal-native", "job", "medium"),
+    ("Fatal Python error: Bus error", "faulthandler-fatal-bus-error", "job", "low"),
+    ("(TrainWorker[rank=3] pid=8812, ip=10.0.0.9) Fatal Python error: Aborted", "faulthandler-fatal-abort",
+     "unknown", "low"),
+    ("Timeout (0:20:00)!", "faulthandler-hang-timeout", "unknown", "low"),
+    # libstdc++'s terminate handler, all three wordings: an abort, a consequence
+    ("terminate called without an active exception", "rank-sigabrt", "unknown", "low"),
+    ("terminate called recursively", "rank-sigabrt", "unknown", "low"),
+    # Lightning stopped by an interrupt from outside
+    ("Detected KeyboardInterrupt, attempting graceful shutdown ...", "lightning-keyboard-interrupt", "unknown",
+     "low"),
     # the dynamic loader
     ("ImportError: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by /opt/v/lib/ext.so)",
      "dynamic-loader-abi-mismatch", "job", "medium"),
@@ -117,6 +130,8 @@ def test_round7c_lines(line: str, sig_id: str, category: str, confidence: str) -
         # a missing library is not an ABI mismatch (a missing libcuda is a node without its driver)
         ("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory",
          "dynamic-loader-abi-mismatch"),
+        # faulthandler's timeout line only in its own shape, not inside prose
+        ("the step took longer than the Timeout (0:30:00)! set by the user", "faulthandler-hang-timeout"),
         # a spare node leaving the rendezvous is no failure
         ("torch.distributed.elastic.rendezvous.api.RendezvousGracefulExitError: not in the rendezvous",
          "torchelastic-rendezvous-failed"),
@@ -127,9 +142,24 @@ def test_lines_outside_the_vocabulary(line: str, not_sig: str) -> None:
     assert m is None or m.signature.id != not_sig
 
 
-def test_graceful_rendezvous_exit_is_benign() -> None:
-    m = MATCHER.match_line("torch.distributed.elastic.rendezvous.api.RendezvousGracefulExitError")
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.distributed.elastic.rendezvous.api.RendezvousGracefulExitError",
+        "Fatal Python error: _enter_buffered_busy: could not acquire lock for <_io.BufferedWriter name='<stderr>'> "
+        "at interpreter shutdown, possibly due to daemon threads",
+    ],
+)
+def test_benign_endings(line: str) -> None:
+    m = MATCHER.match_line(line)
     assert m is not None and m.signature.role == "benign"
+
+
+def test_faulthandler_signals_are_whole() -> None:
+    # the five signals faulthandler handles, each in exactly one entry
+    codes = [c for s in SIGNATURES if s.id.startswith("faulthandler-fatal-") for c in s.codes]
+    assert sorted(codes) == sorted(
+        ["Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception", "Aborted"])
 
 
 def test_killed_rank_names_its_node() -> None:
@@ -191,6 +221,8 @@ def test_new_signatures_record_their_source() -> None:
                    "mpi-launcher-memory-exceeded", "mpi-launcher-launch-config", "mpi-launcher-timeout",
                    "mpi-peer-hung-up", "mpi-signal-handler-native-crash", "tf-op-error-job", "tf-op-error-peer",
                    "tf-op-error-unclear", "torchelastic-rendezvous-failed", "torchelastic-rendezvous-graceful-exit",
-                   "safetensors-file-corrupt", "torch-load-weights-only", "dynamic-loader-abi-mismatch"):
+                   "safetensors-file-corrupt", "torch-load-weights-only", "dynamic-loader-abi-mismatch",
+                   "faulthandler-fatal-native", "faulthandler-fatal-bus-error", "faulthandler-fatal-abort",
+                   "faulthandler-hang-timeout", "python-fatal-at-shutdown", "lightning-keyboard-interrupt"):
         sig = next(s for s in SIGNATURES if s.id == sig_id)
         assert sig.source
