@@ -94,6 +94,12 @@ CASES = [
     # libstdc++'s terminate handler, all three wordings: an abort, a consequence
     ("terminate called without an active exception", "rank-sigabrt", "unknown", "low"),
     ("terminate called recursively", "rank-sigabrt", "unknown", "low"),
+    # a SIGTERM ignored so that the job requeues itself: the scheduler's stop
+    ("Bypassing SIGTERM.", "sigterm-bypassed-for-requeue", "unknown", "low"),
+    # c10d's store-based barrier: the ranks that never joined are the question
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 12, for key: "
+     "store_based_barrier_key:1 (world_size=64, worker_count=63, timeout=0:30:00)", "dist-store-error", "unknown",
+     "low"),
     # Lightning stopped by an interrupt from outside
     ("Detected KeyboardInterrupt, attempting graceful shutdown ...", "lightning-keyboard-interrupt", "unknown",
      "low"),
@@ -223,6 +229,7 @@ def test_new_signatures_record_their_source() -> None:
                    "tf-op-error-unclear", "torchelastic-rendezvous-failed", "torchelastic-rendezvous-graceful-exit",
                    "safetensors-file-corrupt", "torch-load-weights-only", "dynamic-loader-abi-mismatch",
                    "faulthandler-fatal-native", "faulthandler-fatal-bus-error", "faulthandler-fatal-abort",
-                   "faulthandler-hang-timeout", "python-fatal-at-shutdown", "lightning-keyboard-interrupt"):
+                   "faulthandler-hang-timeout", "python-fatal-at-shutdown", "lightning-keyboard-interrupt",
+                   "sigterm-bypassed-for-requeue"):
         sig = next(s for s in SIGNATURES if s.id == sig_id)
         assert sig.source
