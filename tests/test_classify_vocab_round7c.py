@@ -35,6 +35,14 @@ CASES = [
      "mpi-launcher-rank-bus-error", "job", "low"),
     ("mpirun noticed that process rank 4 with PID 3190 on node gpu-c03 exited on signal 11 (Segmentation fault).",
      "mpi-launcher-rank-native-crash", "job", "low"),
+    # MPICH Hydra's banner and mpiexec's exit string: the same signal table
+    ("=   KILLED BY SIGNAL: 9 (Killed)", "mpi-launcher-rank-killed", "unknown", "low"),
+    ("=   KILLED BY SIGNAL: 11 (Segmentation fault)", "mpi-launcher-rank-native-crash", "job", "low"),
+    ("YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Bus error (signal 7)", "mpi-launcher-rank-bus-error",
+     "job", "low"),
+    ("YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Terminated (signal 15)", "mpi-launcher-rank-terminated",
+     "unknown", "low"),
+    ("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "mpi-launcher-rank-failed", "unknown", "low"),
     # the ranks' own errors ended the job: consequences
     ("mpirun detected that one or more processes exited with non-zero status, thus causing",
      "mpi-launcher-rank-failed", "unknown", "low"),
@@ -179,6 +187,25 @@ def test_killed_rank_names_its_node() -> None:
     assert "gpu-r4n09" in _named_hosts(v)
 
 
+def test_hydra_banner_names_the_node_of_the_killed_rank() -> None:
+    text = (
+        "===================================================================================\n"
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        "=   RANK 3 PID 7720 RUNNING AT gpu-h11\n"
+        "=   KILLED BY SIGNAL: 9 (Killed)\n"
+        "===================================================================================\n"
+    )
+    v = verdict_of(text, "mpiexec.log")
+    assert v.confidence == "low"
+    assert "gpu-h11" in _named_hosts(v)
+
+
+def test_hydra_exit_code_is_not_read_as_a_signal() -> None:
+    # Hydra's "EXIT CODE: N" is a raw wait status or an exit value: no signal entry reads it
+    m = MATCHER.match_line("=   EXIT CODE: 9")
+    assert m is None or not m.signature.id.startswith("mpi-launcher-rank-")
+
+
 def test_peer_hung_up_names_the_peer_host() -> None:
     text = (
         "An MPI communication peer process has unexpectedly disconnected.  This\n"
@@ -225,7 +252,7 @@ def test_tf_classes_and_safetensors_variants_are_whole() -> None:
 def test_new_signatures_record_their_source() -> None:
     for sig_id in ("mpi-launcher-rank-killed", "mpi-launcher-rank-failed", "mpi-launcher-lost-node",
                    "mpi-launcher-memory-exceeded", "mpi-launcher-launch-config", "mpi-launcher-timeout",
-                   "mpi-peer-hung-up", "mpi-signal-handler-native-crash", "tf-op-error-job", "tf-op-error-peer",
+                   "mpi-peer-hung-up", "mpi-signal-handler-native-crash", "mpi-hydra-running-at", "tf-op-error-job", "tf-op-error-peer",
                    "tf-op-error-unclear", "torchelastic-rendezvous-failed", "torchelastic-rendezvous-graceful-exit",
                    "safetensors-file-corrupt", "torch-load-weights-only", "dynamic-loader-abi-mismatch",
                    "faulthandler-fatal-native", "faulthandler-fatal-bus-error", "faulthandler-fatal-abort",
