@@ -81,8 +81,6 @@ CASES = [
      "launcher-child-native-crash", "job", "low"),
     ("subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status -9.",
      "launcher-child-killed", "unknown", "low"),
-    ("subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1.",
-     "launcher-child-exit-code", "unknown", "low"),
     # checkpoint loading
     ("RuntimeError: unexpected EOF, expected 5521 more bytes. The file might be corrupted.",
      "torch-checkpoint-corrupt", "job", "medium"),
@@ -228,6 +226,17 @@ def test_rank_traceback_decides_over_the_launchers_report() -> None:
         "mpirun noticed that process rank 0 with PID 311 on node gpu-c03 exited on signal 15 (Terminated).\n"
     )
     v = verdict_of(text, "mpirun.log")
+    assert (v.category, v.confidence) == ("job", "medium")
+
+
+def test_a_failed_subprocess_is_a_consequence_its_own_error_decides() -> None:
+    # CalledProcessError says a child failed (as ChildFailedError does): alone it is a symptom ...
+    line = "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."
+    m = MATCHER.match_line(line)
+    assert m is not None and m.signature.id == "python-exception-symptom"
+    assert (verdict_of(line + "\n").category, verdict_of(line + "\n").confidence) == ("unknown", "low")
+    # ... and the error the job raised about it decides
+    v = verdict_of(line + "\nRuntimeError: Error building extension 'fused_adam'\n")
     assert (v.category, v.confidence) == ("job", "medium")
 
 
