@@ -58,8 +58,8 @@ CASES = [
      "preemption", "medium"),
     ("An MPI communication peer process has unexpectedly disconnected.  This", "mpi-peer-hung-up",
      "unknown", "low"),
-    ("[gpu-c03:20117] Signal: Segmentation fault (11)", "mpi-signal-handler-native-crash", "job", "medium"),
-    ("[gpu-c03:20117] Signal: Floating point exception (8)", "mpi-signal-handler-native-crash", "job", "medium"),
+    ("[gpu-c03:20117] Signal: Segmentation fault (11)", "mpi-signal-handler-native-crash", "job", "low"),
+    ("[gpu-c03:20117] Signal: Floating point exception (8)", "mpi-signal-handler-native-crash", "job", "low"),
     # TensorFlow: the class is the status code
     ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [8,3] vs. [4,3]",
      "tf-op-error-job", "job", "medium"),
