@@ -23,7 +23,7 @@ from ckptctl.cli import output as out
 from ckptctl.errors import CkptctlError
 
 #: Every command, in the order ``ckptctl --help`` lists them, and the ``ckptctl.cli`` module
-#: whose ``register(app)`` adds it (tests/test_cli_commands.py checks the table against them).
+#: whose ``register(app)`` adds it (tests/test_cli_startup.py checks the table against them).
 COMMANDS: dict[str, str] = {
     "list": "checkpoints",
     "locate": "checkpoints",
