@@ -55,6 +55,7 @@ from ckptctl.core.watch.logplan import (
 )
 from ckptctl.core.watch.logrecipe import (
     DICT,
+    EVAL,
     GENERAL,
     METRICS,
     NOTHING,
@@ -252,9 +253,11 @@ class FastPath:
             if event is None:
                 p.feed_general(line, out)
                 return out
-        elif t.kind == GENERAL or (t.kind == METRICS and p.pending is not None):
+        elif t.kind == GENERAL or (p.pending is not None and t.kind in (METRICS, EVAL)):
             p.feed_general(line, out)
             return out
+        elif t.kind == EVAL:
+            p.in_eval = True  # (the general reader: an evaluation's header with no record open)
         p.num_lines += 1
         self.hits += 1
         shape = t.shape
@@ -419,6 +422,8 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         elif not tokens.fields:
             header = (tokens.num_numbers == 0 or is_markdown_row(body)) and table_header(body) is not None
             kind = GENERAL if tokens.is_eval or header else NOTHING
+            if tokens.is_eval and not any(c.isdigit() for c in part) and text.lstrip()[:1] not in ("|", "-", "/"):
+                kind = EVAL  # (no digit: the template is the line itself, read the same whatever came before)
         else:
             kinds = lt.meanings(tokens)
             if lt.is_metrics_only(tokens, kinds):
@@ -429,7 +434,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
                 kind = GENERAL
             elif all(k is None or k[0] not in lt.RECORD_KINDS for k in kinds):
                 kind = METRICS  # (a counter, no step, loss or epoch: nothing with no record open)
-    if kind in (NOTHING, METRICS) and doc is None and not is_markdown_row(text):
+    if kind in (NOTHING, METRICS, EVAL) and doc is None and not is_markdown_row(text):
         return _loose(part, text, kind)
     regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
     if regex_text is None:

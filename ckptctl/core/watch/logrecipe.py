@@ -45,9 +45,11 @@ from ckptctl.core.watch.logplan import (
     plan_for,
 )
 
-NOTHING, METRICS, RECORD, DICT, GENERAL = range(5)
+NOTHING, METRICS, RECORD, DICT, GENERAL, EVAL = range(6)
 """What a template's lines give: nothing whatever their numbers; nothing unless a record is
-open; a point (text or dict line) by its recipe; or read them the general way."""
+open; a point (text or dict line) by its recipe; read them the general way; or (``EVAL``, a
+line with no digit that heads an evaluation, ``***** Running Evaluation *****``) nothing but
+the evaluation's start when no record is open (else the general way)."""
 
 
 class Parser(Protocol):
