@@ -462,7 +462,7 @@ def test_json_schema_keys_are_a_contract() -> None:
         "file", "line", "text", "signature", "description", "category", "role", "severity",
         "confidence", "host", "host_source", "gpu", "gpu_index", "rank", "local_rank", "xid",
         "signal", "exitcode", "first_failure", "peer", "peer_host", "pod", "time", "cause_xid",
-        "code", "program", "collective",
+        "code", "program", "collective", "signature_source",
     ]  # fmt: skip
     assert [list(s) for s in doc["suspects"]][:1] == [
         ["host", "gpu", "rank", "local_rank", "peer", "pod", "role", "reason"]

@@ -65,6 +65,7 @@ def evidence_json(e: Event, role: str | None = None) -> dict[str, Any]:
         "collective": None
         if e.seq is None and e.op is None
         else {"pg": e.pg, "seq": e.seq, "op": e.op, "numel": e.numel},
+        "signature_source": e.signature.source,
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 Category = Literal["infra", "job", "preemption"]
@@ -74,7 +74,7 @@ SIGNATURE_KEYS = frozenset(
         "examples",
     }
 )
-CATALOG_KEYS = frozenset({"version", "signatures"})
+CATALOG_KEYS = frozenset({"version", "source", "signatures"})
 CATALOG_VERSION = 1
 
 #: Longest piece of one line that is matched: a longer line is matched in a window
@@ -282,7 +282,7 @@ def parse_catalog(document: Any, *, source: str) -> tuple[Signature, ...]:
     unknown = sorted(set(document) - CATALOG_KEYS)
     if unknown:
         raise CatalogError(
-            f"{source}: unknown top-level key {unknown[0]!r} (known keys: version, signatures)"
+            f"{source}: unknown top-level key {unknown[0]!r} (known keys: version, source, signatures)"
         )
     version = document.get("version", CATALOG_VERSION)
     if version != CATALOG_VERSION:
@@ -290,6 +290,9 @@ def parse_catalog(document: Any, *, source: str) -> tuple[Signature, ...]:
     entries = document.get("signatures") or []
     if not isinstance(entries, list):
         raise CatalogError(f"{source}: 'signatures' must be a list")
+    # A file-level `source:` is where every entry's wording was read unless the entry names
+    # its own (a whole vocabulary read from one table, as xids.yaml is).
+    file_source = _require_str(document, "source", source, required=False).strip()
     signatures = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):
@@ -297,7 +300,7 @@ def parse_catalog(document: Any, *, source: str) -> tuple[Signature, ...]:
         if sig.id in seen:
             raise CatalogError(f"{source}: signatures[{i}]: id {sig.id!r} appears twice")
         seen.add(sig.id)
-        signatures.append(sig)
+        signatures.append(sig if sig.source or not file_source else replace(sig, source=file_source))
     return tuple(signatures)
 
 
