@@ -66,7 +66,7 @@ _STRONG_CKPT_RE = re.compile(r"checkpoint|ckpt|\bmodel\b|\bweights\b|optimi[sz]e
 #: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
 _NAMES_NEXT_RE = re.compile(
     r"\b(?:next|(?:continu\w*|start\w*|resum\w*)\s+(?:training\s+)?(?:at|with))\s+(?:the\s+)?(?:global\s+)?"
-    r"(?:step|epoch|iteration|iter|update)\b",
+    r"(?P<unit>step|epoch|iteration|iter|update)\b(?:[ \t]{0,4}[:#=]?[ \t]{0,4}(?P<n>\d{1,9})(?![\d.]))?",
     re.IGNORECASE,
 )
 #: A trainer saying it restored the weights but not the optimizer (or scheduler, scaler) state.
@@ -195,6 +195,9 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
             tokens = f.value
     epoch = marker_epoch(body, fields)
     step = marker_step(body, fields)
+    nxt = _NAMES_NEXT_RE.search(body)
+    if nxt is not None and nxt.group("n") is not None and nxt.group("unit").lower() == "epoch":
+        epoch = int(nxt.group("n"))  # "loaded epoch_1.params, resuming at epoch 2": the epoch named next, not the path's
     return ResumeMarker(
         line_no=line_no,
         step=step,
@@ -204,7 +207,7 @@ def match_marker(text: str, body: str, line_no: int, doc: dict[str, Any] | None)
         text=text[:200],
         tokens=tokens,
         epoch=epoch,
-        names_next=_NAMES_NEXT_RE.search(body) is not None,
+        names_next=nxt is not None,
         weights_only=doc is None and _WEIGHTS_ONLY_RE.search(body) is not None,
     )
 

@@ -29,6 +29,9 @@ KEY_VOCABULARY: tuple[str, ...] = (
 #: ``key_words`` splits such a word in two, so the key reads as ``train loss``.
 _GLUED_LOSS_PREFIXES = ("train", "training", "total", "valid", "val", "test", "eval", "dev", "lm", "avg", "mean")
 KEY_VOCABULARY += tuple(p + "loss" for p in _GLUED_LOSS_PREFIXES)
+#: Words a logger glues after ``loss`` (MXNet metric names: insightface's ``lossvalue``): split too.
+_GLUED_LOSS_SUFFIXES = ("value",)
+KEY_VOCABULARY += tuple("loss" + p for p in _GLUED_LOSS_SUFFIXES)
 #: A line that can carry a field with a meaning has a vocabulary word between non-letters
 #: (a key's words are split at ``_ . / -`` and blanks; a digit or other sign next to a
 #: word only makes it longer, never shorter).
@@ -115,6 +118,7 @@ _KEY_SPLIT_RE = re.compile(r"[_\s/.\-]+")
 
 
 _GLUED_LOSS = frozenset(p + "loss" for p in _GLUED_LOSS_PREFIXES)
+_LOSS_GLUED = frozenset("loss" + p for p in _GLUED_LOSS_SUFFIXES)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,8 +128,12 @@ def key_words(key: str) -> tuple[str, ...]:
     for w in _KEY_SPLIT_RE.split(key):
         if w in _GLUED_LOSS:
             words += (w[:-4], "loss")
+        elif w in _LOSS_GLUED:
+            words += ("loss", w[4:])
         elif w:
             words.append(w)
+    if len(words) > 1 and words[0] == "l" and words[1].isalpha() and "loss" not in words:
+        words[0] = "loss"  # BasicSR's loss components "l_pix", "l_g_gan", "l_d_real" (its loss_dict keys)
     return tuple(words)
 
 
@@ -183,8 +191,8 @@ def classify_key(key: str, unit: str = "") -> tuple[str, int] | None:
         return LR, 0
     if wset & {"gnorm", "grad_norm"} or words[-2:] == ["grad", "norm"] or (last == "norm" and "grad" in wset):
         return GRAD_NORM, 0
-    if last == "scale" and len(words) <= 2:
-        return LOSS_SCALE, 1
+    if last == "scale" and len(words) <= 2 and words[0] not in ("logit", "logits"):
+        return LOSS_SCALE, 1  # ("grad_scale", "scale"; open_clip's "Logit Scale" is the model's temperature)
     if wset & {"mfu"}:
         return MFU, 0
     if wset & {"tflops", "tflop"}:

@@ -45,11 +45,37 @@ def _column_key(cell: str) -> str:
 
 
 def table_header(text: str) -> tuple[str, ...] | None:
-    """The column keys of a header line (words only, a step or epoch and a loss among them), else None."""
-    cells = _cells(text)
+    """The column keys of a header line (words only, a step or epoch and a loss among them), else None.
+
+    Column names of two or three plain words (spaCy's ``E    #       LOSS TOK2VEC  LOSS NER  ENTS_F
+    SCORE``, ``Epoch  Train Loss  Val Loss``) are read when the header's columns are set apart by runs
+    of blanks: the header is split at the runs when that names a step (or epoch) and a loss and the
+    names holding a blank are plain words (no ``_`` or ``/``: identifiers are set apart by single
+    blanks, LlamaBoard's ``current_steps total_steps loss   lr``). A column named ``#`` counts the
+    records (the step), ``E`` beside it the epoch."""
+    if ("  " in text or "\t" in text) and not is_markdown_row(text):
+        cells = _WIDE_GAP_RE.split(text.strip(_BOX_BORDERS))
+        spaced = [c for c in cells if " " in c]
+        # (a name of a few plain words: identifiers with "_" or "/" are set apart by single blanks too)
+        if spaced and all(len(c.split()) <= 3 and "_" not in c and "/" not in c for c in spaced):
+            keys = _header_keys(cells)
+            if keys is not None:
+                return keys
+    return _header_keys(_cells(text))
+
+
+#: The gap between the columns of a header whose names hold single blanks: two blanks or a tab.
+_WIDE_GAP_RE = re.compile(r"[ \t]{2,}|\t")
+#: Column names that abbreviate a position: ``#`` (the record's number: the step), ``E`` (epoch).
+_ABBREVIATIONS = {"#": "step", "e": "epoch"}
+
+
+def _header_keys(cells: list[str]) -> tuple[str, ...] | None:
     if not 2 <= len(cells) <= MAX_COLUMNS or any(parse_float(c) is not None for c in cells if c):
         return None
     keys = tuple(_column_key(c) for c in cells)
+    if "#" in keys:
+        keys = tuple(_ABBREVIATIONS.get(k, k) for k in keys)
     kinds = {m[0] for m in (lk.classify_key(k) for k in keys if k) if m}
     if lk.LOSS not in kinds and "total" in keys and len(_COMPONENTS.intersection(keys)) >= 2:
         # the loss's components named without the word (old YOLO's "GIoU obj cls total", "xy wh conf

@@ -193,7 +193,7 @@ _FIELD_RE = re.compile(
     r"(?i:(?<![\w.])(?P<bkey>" + _BRACKET_STEP + r")(?:\([A-Za-z_]+\))?[ \t]*[\[(]"
     r"|\[[ \t]*(?P<bkey2>" + _BRACKET_STEP + r"|batch)[ \t]*[=:])"
     r"[ \t]*(?P<bnum>\d{1,15})[ \t]*/[ \t]*(?P<btotal>\d{1,15})[ \t]*[\])]"
-    r"|(?i:(?<![\w.])batch)[ \t]*\[[ \t]*(?P<xnum>\d{1,15})[ \t]*\]"  # MXNet's "Epoch[3] Batch [100]": a batch index
+    r"|(?i:(?<![\w.])batch)[ \t]*\[[ \t]*(?:\d{1,15}-)?(?P<xnum>\d{1,15})[ \t]*\]"  # MXNet's "Batch [100]", "Batch [80-100]" (a range's end)
     r"|(?i:(?<![\w.])epoch(?:\([A-Za-z_]+\))?[ \t]*:?[ \t]*[\[(])[ \t]*(?P<enum>\d{1,9})"
     r"(?:[ \t]*/[ \t]*(?P<etotal>\d{1,9}))?[ \t]*[\])]"
     r"|(?=[(A-Za-z_\d+.-])(?<![\w.])(?<![A-Za-z_./-][/-])(?P<key>" + _WORD + r"(?: +" + _WORD + r"){0,7})"
@@ -218,7 +218,7 @@ _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "r
 #: of day (``08/18 11:56:34``, ``[11/21 01:57:00]``: a logger's prefix) is no counter.
 _NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d)"
 _COUNTER_RE = re.compile(
-    r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[]|$)" + _NOT_A_DATE
+    r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[,]|$)" + _NOT_A_DATE
     + r"|(?:(?<![\w.])\[?(?P<outer>\d{1,9})(?:/\d{1,9})?\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
 )
 _WORDS_RE = re.compile(r"[A-Za-z_][\w./]*")

@@ -50,6 +50,7 @@ from types import CodeType
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
+from ckptctl.core.watch.epochhead import is_epoch_heading
 from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
@@ -355,7 +356,7 @@ class LossLogParser:
             return self.emit_pending()
         keys = tuple((f.key, f.unit) for f in tokens.fields)
         reading = apply(plan_for(kinds, keys), [f.value for f in tokens.fields], [f.total for f in tokens.fields])
-        rec = self.record(reading, tokens.counter, tokens.counter_epoch)
+        rec = self.record(reading, tokens.counter, tokens.counter_epoch, len(tokens.fields) == 1 and is_epoch_heading(body))
         if rec is None:
             return []
         if rec.step is None and rec.epoch is None and rec.loss is not None:
@@ -375,12 +376,11 @@ class LossLogParser:
             self.in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
             return self.emit_pending()
         markdown = is_markdown_row(body)
-        if tokens.num_numbers == 0 or markdown:
-            header = table_header(body)
-            if header is not None:
-                # a column header (words only, a step and a loss among them), again at each launch
-                self.columns, self._columns_md, self.plain = header, markdown, False
-                return self.emit_pending()
+        header = table_header(body)  # (digits inside its column names: spaCy's "LOSS TOK2VEC")
+        if header is not None:
+            # a column header (words only, a step and a loss among them), again at each launch
+            self.columns, self._columns_md, self.plain = header, markdown, False
+            return self.emit_pending()
         if self.columns is not None:
             return self._row(body, line_no, tag_rank) or []
         return []
@@ -401,7 +401,7 @@ class LossLogParser:
             return self.accept(rec, tag_rank)
         return []
 
-    def record(self, r: Reading, counter: tuple[int, int] | None, counter_epoch: int | None) -> Record | None:
+    def record(self, r: Reading, counter: tuple[int, int] | None, counter_epoch: int | None, heading: bool = False) -> Record | None:
         """The record a line's reading makes, with the rules that need more than the keys."""
         rec = Record(step=r.step, loss=r.loss, loss_rank=r.loss_rank, epoch=r.epoch, rank=r.rank, metrics=r.metrics, wall=r.wall)
         if r.saw_eval and (rec.loss is None or rec.loss_rank > 1):
@@ -422,6 +422,9 @@ class LossLogParser:
             self.epoch_ctx = int(rec.epoch) - 1
             self.epoch_header = int(rec.epoch)
             return None
+        if heading and whole_epoch and rec.loss is None and rec.step is None:
+            rec.step, rec.axis = int(rec.epoch or 0), EPOCH_AXIS  # the head of the epoch's record below it (epochhead)
+            return rec
         header, self.epoch_header = self.epoch_header, (self.epoch_header if rec.loss is None else None)
         if rec.step is None and counter is not None and rec.loss is not None:
             # a progress bar (or a bracketed counter) counts within the epoch: epoch x total + n;
