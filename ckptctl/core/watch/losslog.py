@@ -182,7 +182,7 @@ class LossLogParser:
         """A few lines that looked like metrics but gave no loss (for the error message)."""
         self.fast_stamp: tuple[str, int] = ("", 0)
         """The last timestamp's part up to its minute the fast path read, and its seconds (most lines repeat it)."""
-        self.recipe_code: dict[str, CodeType] = {}
+        self.recipe_code: dict[str, CodeType] = {}  # (the fast path's compiled recipes, by source)
         self._fast = FastPath(self) if fast and pattern is None else None
 
     @property
@@ -209,9 +209,8 @@ class LossLogParser:
 
     def feed(self, line: str) -> list[LogEvent]:
         """Parse one physical line (its trailing newline optional)."""
-        fast = self._fast
-        if fast is not None:
-            return fast.feed_one(line)
+        if self._fast is not None:
+            return self._fast.feed_one(line)
         out: list[LogEvent] = []
         self.feed_general(line, out)
         return out
