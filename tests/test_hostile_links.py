@@ -249,3 +249,31 @@ def test_two_lightning_sharded_directories_roll_back_and_undo(tmp_path: Path) ->
     assert u.returncode == 0, u.stderr
     assert sorted(p.name for p in files.iterdir() if not p.name.startswith(".")) == [
         "epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]  # fmt: skip
+
+
+def test_realpath_below_the_root_is_realpath(tmp_path: Path) -> None:
+    """check_confined resolves only the components below the run root (``_realpath_below``): the
+    same path as ``os.path.realpath`` through links in, out, to files, in loops, dangling, with
+    ``..``, and for missing names, with the run root itself reached through a link."""
+    import os
+
+    from ckptctl.adapters.localfile import _realpath_below
+
+    real_root = tmp_path / "real" / "run"
+    (real_root / "step_10").mkdir(parents=True)
+    (real_root / "step_10" / "a.distcp").write_bytes(b"x")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "b.distcp").write_bytes(b"y")
+    os.symlink(real_root, tmp_path / "root_link")
+    os.symlink(real_root / "step_10", real_root / "step_20")
+    os.symlink(tmp_path / "outside", real_root / "step_30")
+    os.symlink(real_root / "step_10" / "a.distcp", real_root / "step_10" / "c.distcp")
+    os.symlink("loop", real_root / "loop")
+    os.symlink("nowhere", real_root / "dangling")
+    base = str(tmp_path / "root_link")
+    base_real = os.path.realpath(base)
+    rels = ["", "step_10", "step_10/a.distcp", "step_20/a.distcp", "step_30/b.distcp", "step_10/c.distcp",
+            "loop", "loop/x", "dangling", "missing/x", "step_10/../step_30/b.distcp", "./step_10", "step_10//a.distcp"]  # fmt: skip
+    for rel in rels:
+        path = base + ("/" + rel if rel else "")
+        assert _realpath_below(path, base, base_real) == os.path.realpath(path), rel

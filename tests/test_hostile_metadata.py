@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,3 +212,52 @@ def test_zstd_record_decoding_past_its_declared_size_is_refused(tmp_path: Path) 
     assert len(decode(record, declared)) > declared  # the archive around the raw bytes
     with pytest.raises(TransformLimitError):
         decode(record, 64)  # past the ratio cap, and nothing declared allows it
+
+
+def _directory_outcome(fn: Callable[[Any, int], object], rec: bytes) -> object:
+    from ckptctl.core.verify.records import RecordFormatError
+
+    try:
+        return fn(rec, len(rec))
+    except RecordFormatError as e:
+        return (type(e).__name__, str(e), e.code)
+
+
+def test_record_directory_from_a_short_tail_is_the_long_tails() -> None:
+    """check_record parses a record's directory from its last 4 KiB first (``_record_directory``):
+    the members, or the error, must be those of the 64 KiB tail, on genuine torch.save records
+    and on thousands of damaged ones (bytes flipped or cut near the end, zip comments that push
+    the directory out of the last 4 KiB, zip64 sizes, crafted corpus records)."""
+    import io
+    import random
+    import zipfile
+
+    import torch
+
+    from ckptctl.core.verify.records import TAIL_READ_BYTES, _record_directory
+
+    def saved(obj: object) -> bytes:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    bases = [saved(torch.arange(n, dtype=torch.float32)) for n in (1, 3000, 300_000)]
+    bases.append(saved({f"w{i}": torch.ones(4) for i in range(200)}))  # a long directory (> 4 KiB)
+    for comment in (b"x" * 5000, b"y" * 65535):
+        buf = io.BytesIO(bases[1])
+        with zipfile.ZipFile(buf, "a") as z:
+            z.comment = comment
+        bases.append(buf.getvalue())
+    bases += [c.data for c in record_cases()]
+    rng = random.Random(26)
+    records = list(bases)
+    for base in bases:
+        for _ in range(150):
+            data = bytearray(base)
+            for _ in range(rng.randint(1, 4)):
+                data[len(data) - 1 - rng.randrange(min(len(data), 6000))] = rng.randrange(256)
+            records.append(bytes(data))
+            records.append(base[: len(base) - rng.randrange(1, min(len(base), 6000))])
+    for rec in records:
+        long_tail = _directory_outcome(lambda r, n: parse_directory(r[-TAIL_READ_BYTES:], n), rec)
+        assert _directory_outcome(lambda r, n: _record_directory(memoryview(r)), rec) == long_tail

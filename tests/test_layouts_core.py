@@ -116,6 +116,37 @@ def test_every_layout_names_its_source_and_valid_parts() -> None:
         assert set(lay.signature) <= names, lay.key
 
 
+def _name_variants() -> list[str]:
+    """Every part's template filled in (and spoiled: a letter off either end, a digit swapped for a
+    letter, a prefix, a suffix), plus names no layout has."""
+    out = {".metadata", "__0_0.distcp", "notes.txt", "x", ""}
+    for lay in L.LAYOUTS:
+        for p in lay.parts:
+            for filled in (p.name.replace("{n}", "7").replace("*", "a"), p.name.replace("{n}", "012").replace("*", "")):
+                out.update({filled, filled[1:], filled[:-1], "a" + filled, filled + "a", filled.replace("7", "z")})
+    return sorted(out)
+
+
+def test_match_parts_prefilter_never_changes_a_match() -> None:
+    """``_may_match`` (literal start and end) holds for every name a part's regex matches, and
+    ``match_parts`` with it finds exactly what matching every part's regex on every name finds."""
+    names = _name_variants()
+    for lay in L.LAYOUTS:
+        for p in lay.parts:
+            for n in names:
+                if p.pattern().match(n):
+                    assert L._may_match(p.name, n), (lay.key, p.name, n)
+        for n in names:  # one name at a time: the prefilter decides (a listing of 64 or fewer)
+            found = L.match_parts(lay, [n], [n])
+            first = {False: None, True: None}
+            for p in lay.parts:
+                if first[p.is_dir] is None and not n.endswith(".distcp") and p.pattern().match(n):
+                    first[p.is_dir] = p.name
+            expect = {name: [n] for name in first.values() if name is not None}
+            got = {k: sorted(set(es)) for k, es in found.present.items()}
+            assert got == expect, (lay.key, n, got, expect)
+
+
 # -- safetensors ----------------------------------------------------------------------------------
 
 

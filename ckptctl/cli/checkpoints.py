@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ckptctl import exit_codes
 from ckptctl.cli import output as out
@@ -18,6 +17,7 @@ from ckptctl.cli.options import (
     RootArg,
     WorldSizeOpt,
 )
+from ckptctl.cli.output import escape
 
 if TYPE_CHECKING:
     from ckptctl.runroot.reports import CheckOptions, CheckpointReport

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, JsonOpt, SignaturesOpt
+from ckptctl.cli.output import escape
 
 if TYPE_CHECKING:
     from ckptctl.core.classify.events import Event

@@ -3,6 +3,9 @@
 Data goes to stdout (a rich table/text for people, or exactly one JSON document
 with ``--json``); progress, warnings and errors go to stderr. Output is ASCII:
 it gets pasted into tickets.
+
+rich is imported on first use (a console, ``escape``, a progress bar), never at import:
+it costs ~60 ms of every start, and ``--json`` or a plain line needs none of it.
 """
 
 from __future__ import annotations
@@ -12,18 +15,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 # C0 controls but newline and tab, DEL, C1 controls (ESC, CSI...), and the bidi overrides
 # that reorder what a terminal shows: text from a log, a checkpoint or a user could
@@ -52,15 +48,31 @@ def has_controls(text: str) -> bool:
     return shown(text) != text
 
 
-class _SafeConsole(Console):
+def escape(text: str) -> str:
+    """``text`` with rich markup escaped (``[red]`` shown as typed), for text given to a console."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+_CONSOLE_CLASS: list[type[Console]] = []
+
+
+def _safe_console(**kwargs: Any) -> Console:
     """A console that shows control characters in any text it renders instead of sending them.
 
     Every string rich renders (printed text, table cells) goes through ``render_str``;
     styles are applied after, so colours still work.
     """
+    if not _CONSOLE_CLASS:
+        from rich.console import Console
 
-    def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
-        return super().render_str(escape_controls(text), *args, **kwargs)
+        class _SafeConsole(Console):
+            def render_str(self, text: str, *args: Any, **kw: Any) -> Any:
+                return super().render_str(escape_controls(text), *args, **kw)
+
+        _CONSOLE_CLASS.append(_SafeConsole)
+    return _CONSOLE_CLASS[0](**kwargs)
 
 
 _out: Console | None = None
@@ -73,7 +85,7 @@ def out() -> Console:
     if _out is None:
         # Not a terminal (a pipe, a ticket, CI): do not wrap tables at 80 columns.
         width = None if sys.stdout.isatty() else 200
-        _out = _SafeConsole(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=width)
+        _out = _safe_console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=width)
     return _out
 
 
@@ -81,7 +93,7 @@ def err() -> Console:
     """Console for chatter (stderr)."""
     global _err
     if _err is None:
-        _err = _SafeConsole(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
+        _err = _safe_console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
     return _err
 
 
@@ -164,6 +176,15 @@ def byte_progress(description: str, total_bytes: int | None = None) -> Iterator[
     if not progress_enabled():
         yield ByteProgress(None, None)
         return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

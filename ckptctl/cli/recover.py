@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from ckptctl.cli import output as out
 from ckptctl.cli.options import ConfigOpt, DeepOpt, DryRunOpt, JsonOpt, SignaturesOpt
+from ckptctl.cli.output import escape
 
 
 def _render(doc: dict[str, Any], plan_lines: list[str]) -> None:

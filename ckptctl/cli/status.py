@@ -4,10 +4,10 @@ the last finished recovery) and `ckptctl incidents ROOT` (the incident ledger ac
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 
 from ckptctl.cli import output as out
 from ckptctl.cli.options import JsonOpt, RootArg
+from ckptctl.cli.output import escape
 
 
 def status_cmd(root: RootArg, json_: JsonOpt = False) -> None:

@@ -401,8 +401,8 @@ def deep_check(
     jobs = _plan_jobs(storage, path, units, manifest, all_files)
     files = [j.file for j in jobs]
     segments = plan_segments(files, _segment_bytes())
-    digest = plan_digest(files, segments, _result_options(options))
     split = options.split
+    digest = plan_digest(files, segments, _result_options(options)) if split is not None else ""
     results: dict[int, SegmentResult]
     if split is not None and split.merged is not None:
         results = _merged_results(report.name, split.merged, digest, len(segments))

@@ -104,16 +104,23 @@ class Layout:
     """Where the facts come from (repository, file, function)."""
 
 
+def _regex(template: str) -> str:
+    """A name template as regex text, unanchored: ``{n}`` digits, ``*`` any text but ``/``."""
+    pieces = re.split(r"(\{n\}|\*)", template)
+    return "".join(r"([0-9]+)" if x == "{n}" else r"[^/]*" if x == "*" else re.escape(x) for x in pieces)
+
+
 def _compile(template: str) -> re.Pattern[str]:
-    out = []
-    for piece in re.split(r"(\{n\}|\*)", template):
-        if piece == "{n}":
-            out.append(r"([0-9]+)")
-        elif piece == "*":
-            out.append(r"[^/]*")
-        else:
-            out.append(re.escape(piece))
-    return re.compile("^" + "".join(out) + r"\Z")
+    return re.compile("^" + _regex(template) + r"\Z")
+
+
+def _may_match(template: str, name: str) -> bool:
+    """Could ``name`` match ``template``: its literal start and end (no regex compiled)?"""
+    first = min((i for i in (template.find("{n}"), template.find("*")) if i >= 0), default=-1)
+    if first < 0:
+        return name == template
+    head, tail = template[:first], template[max(template.rfind("{n}") + 3, template.rfind("*") + 1) :]
+    return len(name) >= len(head) + len(tail) and name.startswith(head) and name.endswith(tail)
 
 
 #: A part or state key whose name starts like this holds optimizer state (every writer below).
@@ -457,17 +464,19 @@ class Found:
 def _combined(lay: Layout, is_dir: bool) -> tuple[re.Pattern[str], tuple[Part, ...]]:
     """One alternation per layout (a group per part): one match per file, not one per part."""
     parts = tuple(p for p in lay.parts if p.is_dir == is_dir)
-    alts = "|".join(f"(?P<p{i}>{p.pattern().pattern[1:-2]})" for i, p in enumerate(parts))
+    alts = "|".join(f"(?P<p{i}>{_regex(p.name)})" for i, p in enumerate(parts))
     return re.compile(f"^(?:{alts})\\Z" if alts else r"(?!)"), parts
 
 
 def match_parts(lay: Layout, files: Iterable[str], dirs: Iterable[str]) -> Found:
     found = Found(layout=lay)
-    for names, is_dir in ((sorted(files), False), (sorted(dirs), True)):
+    for all_names, is_dir in ((sorted(files), False), (sorted(dirs), True)):
+        # DCP shards belong to the DCP rules, never to a framework part
+        names = [n for n in all_names if not n.endswith(SHARD_SUFFIX)]
+        if len(names) <= 64 and not any(_may_match(p.name, n) for p in lay.parts if p.is_dir == is_dir for n in names):
+            continue  # none can match: the layout's regex is not even compiled (most of a start's compiles)
         pattern, parts = _combined(lay, is_dir)
         for n in names:
-            if n.endswith(SHARD_SUFFIX):
-                continue  # DCP shards belong to the DCP rules, never to a framework part
             m = pattern.match(n)
             if m is not None:
                 group = next(k for k, val in m.groupdict().items() if val is not None)

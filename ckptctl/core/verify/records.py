@@ -14,6 +14,7 @@ so a global outside the allow-list below would run code at resume.
 
 from __future__ import annotations
 
+import contextlib
 import pickletools
 import re
 import struct
@@ -444,6 +445,17 @@ def inflate_capped(raw: bytes, declared_size: int) -> bytes:
     return out
 
 
+def _record_directory(record: Any) -> list[Member]:
+    """``parse_directory`` of a whole record: from its last 4 KiB when they hold the directory
+    (torch.save's is a few hundred bytes), else from its last ``TAIL_READ_BYTES``. A directory
+    read whole from a suffix is the one the longer tail gives (same bytes, same end); anything
+    short of that is read again from the longer tail, whose result (or error) stands."""
+    if len(record) > 4096:
+        with contextlib.suppress(RecordFormatError):
+            return parse_directory(bytes(record[-4096:]), len(record))
+    return parse_directory(bytes(record[-TAIL_READ_BYTES:]), len(record))
+
+
 def check_record(
     record: Any,
     *,
@@ -462,7 +474,7 @@ def check_record(
     findings = RecordFindings()
     pieces: list[tuple[int, int, int]] = []
     try:
-        members = parse_directory(bytes(record[-TAIL_READ_BYTES:]), len(record))
+        members = _record_directory(record)
     except RecordFormatError as e:
         findings.add_error(e)
         return findings, pieces

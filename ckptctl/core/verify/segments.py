@@ -15,7 +15,6 @@ per-file merge. No I/O.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +142,8 @@ def plan_digest(jobs: Sequence[FileJob], segments: Sequence[Segment], options: I
         [[s.job, s.start, s.end, s.first, s.count] for s in segments],
     ]
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=True).encode()
+    import hashlib  # here, not at import: loading OpenSSL costs ~7 ms of every start, and only --part/--merge ask
+
     return hashlib.sha256(raw).hexdigest()[:32]
 
 

@@ -45,6 +45,7 @@ from ckptctl.core.watch.logparts import (
     Plan,
     note_line,
     read_part,
+    read_rest,
     run_plan,
 )
 from ckptctl.core.watch.logplan import (
@@ -54,6 +55,7 @@ from ckptctl.core.watch.logplan import (
 )
 from ckptctl.core.watch.logrecipe import (
     DICT,
+    EVAL,
     GENERAL,
     METRICS,
     NOTHING,
@@ -93,7 +95,7 @@ _DATEISH_RE = re.compile(r"(?<!\d)\d+[-/]\d+(?:\s+|T)\d+:\d+")  # (?<!\d): linea
 #: Numbers starting before this position keep their exact width when the line has a date in it
 #: (``timestamp_s`` looks at the first 64 characters).
 _FIXED_HEAD = 96
-_PY_INT = r"(?:0|[1-9]\d{0,14})"
+_PY_INT = r"(?:0|[1-9][0-9]{0,14})"
 
 
 # -- cleaning with a map back to the raw line ------------------------------------------------
@@ -136,6 +138,8 @@ def _clean_map(raw: str) -> tuple[str, list[int], list[tuple[int, int]]] | None:
 
 def _form(num: str, *, exact: bool, py: bool) -> str | None:
     """A regex for numbers of ``num``'s form (what the field reader would read there, and nothing else)."""
+    if not num.isascii():
+        return None  # (a digit of another script: ``[0-9]`` below would not match it)
     m = _FORM_RE.fullmatch(num)
     if m is None or not any(c.isdigit() for c in num):
         return re.escape(num)  # nan, -inf, Infinity: as written
@@ -146,20 +150,33 @@ def _form(num: str, *, exact: bool, py: bool) -> str | None:
     if py:
         if "," in whole or not whole or (len(whole) > 1 and whole[0] == "0"):
             return None
-        out += _PY_INT if not exact else r"\d" * len(whole)
+        out += _PY_INT if not exact else rf"[0-9]{{{len(whole)}}}"
     elif "," in whole:
-        out += rf"\d{{1,3}}(?:,\d{{3}}){{{whole.count(',')}}}" if not exact else re.escape(re.sub(r"\d", "0", whole)).replace("0", r"\d")
+        out += rf"[0-9]{{1,3}}(?:,[0-9]{{3}}){{{whole.count(',')}}}" if not exact else re.escape(re.sub(r"\d", "0", whole)).replace("0", "[0-9]")
     elif whole:
-        out += r"\d{1,15}" if not exact else rf"\d{{{len(whole)}}}"
+        out += "[0-9]{1,15}" if not exact else rf"[0-9]{{{len(whole)}}}"
     if dot:
-        out += (r"\.\d{1,15}" if not exact else rf"\.\d{{{len(frac)}}}") if frac else r"\."
+        out += (r"\.[0-9]{1,15}" if not exact else rf"\.[0-9]{{{len(frac)}}}") if frac else r"\."
     if exp:
-        out += re.escape(exp[:2]) + r"\d{1,3}" if exp[1] in "+-" else re.escape(exp[0]) + r"\d{1,3}"
+        out += re.escape(exp[:2]) + "[0-9]{1,3}" if exp[1] in "+-" else re.escape(exp[0]) + "[0-9]{1,3}"
     return out
 
 
+#: The characters a pattern (no flags, outside a set) reads as syntax; ``re.escape`` also escapes
+#: blanks, ``-``, ``#``, ``&``, ``~`` ..., which costs the regex parser a call each (a template of a
+#: long line compiles in about half the time with these only).
+_SYNTAX = {ord(c): "\\" + c for c in "\\.^$*+?{}[]|()"}
+
+
+def _run_form(m: re.Match[str]) -> str:
+    """A digit run's form in a loose template: any run of up to 9 digits (``[0-9]``: half the
+    matching time of ``\\d``, which also takes other scripts' digits; a run with one of those keeps it)."""
+    return "[0-9]{1,9}" if m.group().isascii() else r"\d{1,9}"
+
+
 def _literal(piece: str) -> str:
-    return re.escape(piece)
+    """``piece`` as a literal in a pattern compiled with no flags."""
+    return piece.translate(_SYNTAX)
 
 
 # -- templates ---------------------------------------------------------------------------------
@@ -190,55 +207,66 @@ class FastPath:
     # -- reading ---------------------------------------------------------------------------
 
     def feed(self, lines: Iterable[str], out: list[LogEvent]) -> None:
-        p = self.p
-        by_key = self.by_key
-        general = p.feed_general
-        restarts = p.restarts
-        digits = _DIGITS
+        feed_one = self.feed_one
         for line in lines:
-            if line[-1:] == "\n":
-                line = line.rstrip("\n")
-            if p.pending is not None:
-                p.expire_pending(p.num_lines + 1)
-            if not p.plain or len(line) > MAX_TEMPLATE_CHARS:
-                general(line, out)
-                continue
-            if "\r" in line:
-                self._parts(line, out)
-                continue
-            known = by_key.get(line.encode("utf-8", "surrogatepass").translate(None, digits) if "0x" not in line else line_key(line))
-            if known is None:
-                if not line or line.isspace():
-                    p.num_lines += 1
-                else:
-                    general(line, out)
-                continue
-            for t in known:
-                m = t.regex.fullmatch(line)
-                if m is not None:
-                    break
+            out.extend(feed_one(line))
+
+    def feed_one(self, line: str) -> list[LogEvent]:
+        """One physical line: its events (``LossLogParser.feed``; the hot loop of every reader)."""
+        out: list[LogEvent] = []
+        p = self.p
+        if line[-1:] == "\n":
+            line = line.rstrip("\n")
+        if p.pending is not None:
+            p.expire_pending(p.num_lines + 1)
+        if not p.plain or len(line) > MAX_TEMPLATE_CHARS:
+            p.feed_general(line, out)
+            return out
+        if "\r" in line:
+            self._parts(line, out)
+            return out
+        known = self.by_key.get(line.encode("utf-8", "surrogatepass").translate(None, _DIGITS) if "0x" not in line else line_key(line))
+        if known is None:
+            if not line or line.isspace():
+                p.num_lines += 1
             else:
-                general(line, out)
-                continue
-            read = t.read
-            if read is not None:  # a record's template: the common case first
-                event = read(m.groups(), p.num_lines + 1, p)
-                if event:
-                    p.num_lines += 1
-                    out.append(event)
-                    if not restarts.settled:
-                        restarts.saw_point()
-                    self.hits += 1
-                    continue
-                if event is None:
-                    general(line, out)
-                    continue
-            elif t.kind == GENERAL or (t.kind == METRICS and p.pending is not None):
-                general(line, out)
-                continue
-            p.num_lines += 1
-            self.hits += 1
-            self.nothing(t, line, p.num_lines, False, out)
+                p.feed_general(line, out)
+            return out
+        for t in known:
+            m = t.regex.fullmatch(line)
+            if m is not None:
+                break
+        else:
+            p.feed_general(line, out)
+            return out
+        read = t.read
+        if read is not None:  # a record's template: the common case first
+            event = read(m.groups(), p.num_lines + 1, p)
+            if event:
+                p.num_lines += 1
+                out.append(event)
+                restarts = p.restarts
+                if not restarts.settled:
+                    restarts.saw_point()
+                self.hits += 1
+                return out
+            if event is None:
+                p.feed_general(line, out)
+                return out
+        elif t.kind == GENERAL or (p.pending is not None and t.kind in (METRICS, EVAL)):
+            p.feed_general(line, out)
+            return out
+        elif t.kind == EVAL:
+            p.in_eval = True  # (the general reader: an evaluation's header with no record open)
+        p.num_lines += 1
+        self.hits += 1
+        shape = t.shape
+        if shape is not None and p.restarts.quiet(shape, t.failure, p.pending is not None):
+            if t.metric_like is not False and len(p.unread_samples) < 3:
+                self.sample(t, line, p.num_lines)
+            return out
+        self.nothing(t, line, p.num_lines, False, out)
+        return out
 
     def _parts(self, line: str, out: list[LogEvent]) -> None:
         """A line of several parts (a progress bar's ``\\r`` redraws), each read as the general reader
@@ -265,6 +293,7 @@ class FastPath:
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
                 used = []
             keys = whole.split(b"\r")
+        restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
                 if used is not None:
@@ -280,7 +309,18 @@ class FastPath:
                 if t is not None:
                     if used is not None:
                         used.append(t)
-                    read_part(self, t, m.groups(), part, line_no, out)  # type: ignore[union-attr]
+                    read = t.read
+                    if read is not None:  # (``read_part``, its common case inline)
+                        event = read(m.groups(), line_no, p)  # type: ignore[union-attr]
+                        if event:
+                            out.append(event)
+                            if not restarts.settled:
+                                restarts.saw_point()
+                            self.hits += 1
+                        else:
+                            read_rest(self, t, event, part, line_no, out)
+                        continue
+                    read_part(self, t, (), part, line_no, out)
                     continue
             used = None
             p.feed_part(part, line_no, True, out)
@@ -303,9 +343,13 @@ class FastPath:
                     out.append(restart)
                     return
         if len(p.unread_samples) < 3 and t.metric_like is not False:
-            text = lt.clean_line(part)[0]
-            if t.metric_like or looks_like_metrics(text):
-                p.unread_samples.append(f"line {line_no}: {text[:80]!r}")
+            self.sample(t, part, line_no)
+
+    def sample(self, t: Template, part: str, line_no: int) -> None:
+        """A part that gave nothing kept as an unread sample when it looks like metrics (the error message's)."""
+        text = lt.clean_line(part)[0]
+        if t.metric_like or looks_like_metrics(text):
+            self.p.unread_samples.append(f"line {line_no}: {text[:80]!r}")
 
     # -- learning --------------------------------------------------------------------------
 
@@ -378,6 +422,8 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         elif not tokens.fields:
             header = table_header(body) is not None  # (as the reader's _no_fields)
             kind = GENERAL if tokens.is_eval or header else NOTHING
+            if tokens.is_eval and not any(c.isdigit() for c in part) and text.lstrip()[:1] not in ("|", "-", "/"):
+                kind = EVAL  # (no digit: the template is the line itself, read the same whatever came before)
         else:
             kinds = lt.meanings(tokens)
             if lt.is_metrics_only(tokens, kinds):
@@ -388,7 +434,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
                 kind = GENERAL
             elif all(k is None or k[0] not in lt.RECORD_KINDS for k in kinds):
                 kind = METRICS  # (a counter, no step, loss or epoch: nothing with no record open)
-    if kind in (NOTHING, METRICS) and doc is None and not is_markdown_row(text):
+    if kind in (NOTHING, METRICS, EVAL) and doc is None and not is_markdown_row(text):
         return _loose(part, text, kind)
     regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
     if regex_text is None:
@@ -421,11 +467,11 @@ def _loose(part: str, text: str, kind: int) -> Template | None:
     pos = 0
     hexes = 0
     for m in _HEX_RE.finditer(part):
-        out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos : m.start()])))
+        out.append(_DIGIT_RUN_RE.sub(_run_form, _literal(part[pos : m.start()])))
         out.append(_HEX_FORM)
         pos = m.end()
         hexes += 1
-    out.append(_DIGIT_RUN_RE.sub(r"\\d{1,9}", re.escape(part[pos:])))
+    out.append(_DIGIT_RUN_RE.sub(_run_form, _literal(part[pos:])))
     try:
         regex = re.compile("".join(out))
     except re.error:
@@ -471,7 +517,7 @@ def _pattern(
     # raw spans to replace: (raw start, raw end, regex, what: a body start or a marker)
     subs: list[tuple[int, int, str, int]] = []
     for a, b in tag_digits:
-        subs.append((a, b, r"\d{1,9}", -2 if not subs else -3))
+        subs.append((a, b, "[0-9]{1,9}", -2 if not subs else -3))
     if found is not None:
         stamp_form, sm = found
         nums.stamp_form = stamp_form
@@ -483,7 +529,7 @@ def _pattern(
             s_raw, e_raw = _raw_span(index, a, b)
             if s_raw < 0:
                 return None, nums
-            subs.append((s_raw, e_raw, re.escape(re.sub(r"\d", "0", text[a:b])).replace("0", r"\d"), what))
+            subs.append((s_raw, e_raw, re.escape(re.sub(r"\d", "0", text[a:b])).replace("0", "[0-9]"), what))
     for a, b, num in spans:
         ta, tb = to_text(a), to_text(b)
         if stamp is not None and a == stamp[1]:

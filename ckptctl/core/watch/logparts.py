@@ -21,7 +21,7 @@ import re
 from typing import Protocol
 
 from ckptctl.core.watch.logevents import LogEvent
-from ckptctl.core.watch.logrecipe import GENERAL, METRICS, NOTHING, Parser, Template
+from ckptctl.core.watch.logrecipe import EVAL, GENERAL, METRICS, NOTHING, Parser, Template
 
 MAX_PLANS = 256
 #: Templates (``logfast``) and plans kept per key.
@@ -163,14 +163,23 @@ def read_part(fast: Fast, t: Template, groups: tuple[str, ...], part: str, line_
                 p.restarts.saw_point()
             fast.hits += 1
             return
-        if event is False:
-            fast.hits += 1
-            if len(p.unread_samples) < 3 and t.metric_like is not False:
-                fast.nothing(t, part, line_no, True, out)
-            return
-    elif t.kind != GENERAL and (t.kind != METRICS or p.pending is None):
+        read_rest(fast, t, event, part, line_no, out)
+        return
+    if t.kind != GENERAL and (t.kind not in (METRICS, EVAL) or p.pending is None):
+        if t.kind == EVAL:
+            p.in_eval = True  # (the general reader: an evaluation's header with no record open)
         fast.hits += 1
         if len(p.unread_samples) < 3 and t.metric_like is not False:
             fast.nothing(t, part, line_no, True, out)
         return
     p.feed_part(part, line_no, True, out)
+
+
+def read_rest(fast: Fast, t: Template, event: LogEvent | bool | None, part: str, line_no: int, out: list[LogEvent]) -> None:
+    """A part whose recipe gave no event: ``False`` read (nothing), ``None`` the general way."""
+    if event is False:
+        fast.hits += 1
+        if len(fast.p.unread_samples) < 3 and t.metric_like is not False:
+            fast.nothing(t, part, line_no, True, out)
+        return
+    fast.p.feed_part(part, line_no, True, out)

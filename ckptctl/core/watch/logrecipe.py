@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from types import CodeType
 from typing import Any, Protocol
 
 from ckptctl.core.watch import logtokens as lt
@@ -44,9 +45,11 @@ from ckptctl.core.watch.logplan import (
     plan_for,
 )
 
-NOTHING, METRICS, RECORD, DICT, GENERAL = range(5)
+NOTHING, METRICS, RECORD, DICT, GENERAL, EVAL = range(6)
 """What a template's lines give: nothing whatever their numbers; nothing unless a record is
-open; a point (text or dict line) by its recipe; or read them the general way."""
+open; a point (text or dict line) by its recipe; read them the general way; or (``EVAL``, a
+line with no digit that heads an evaluation, ``***** Running Evaluation *****``) nothing but
+the evaluation's start when no record is open (else the general way)."""
 
 
 class Parser(Protocol):
@@ -64,6 +67,9 @@ class Parser(Protocol):
     unread_samples: list[str]
 
     plain: bool
+    recipe_code: dict[str, CodeType]
+    """The compiled recipes of this parser's templates, by their source."""
+
     @property
     def requested_generic(self) -> bool: ...
     @property
@@ -157,7 +163,7 @@ def record_recipe(t: Template, tokens: lt.Tokens, body: str, nums: Numbers, text
     fmt = dialect(text)
     relative = RELATIVE_RE.search(text) is not None
     source = _codegen(plan, groups, totals, convs, cgroups, nums, dict_style=None, weak=tokens.is_eval)
-    return _compile(t, source, fmt, p.point_fmt(fmt), relative, record_shape(text) if t.shape is not None else "")
+    return _compile(t, source, p, fmt, relative, record_shape(text) if t.shape is not None else "")
 
 
 def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: Numbers, p: Parser) -> bool:
@@ -180,27 +186,35 @@ def dict_recipe(t: Template, doc: tuple[dict[str, Any], str], body: str, nums: N
     convs = [_conv(nums.text[a]) for a in starts]
     keys_ok = style != "hf" or bool({"epoch", "learning_rate", "grad_norm"} & set(d))
     source = _codegen(plan, groups, [-1] * len(groups), convs, None, nums, dict_style=(style, keys_ok))
-    return _compile(t, source, style, p.point_fmt(style), False, t.shape or "")
+    return _compile(t, source, p, style, False, t.shape or "")
 
 
 def _fc(s: str) -> float:
     return float(s.replace(",", ""))
 
 
-def _compile(t: Template, source: str | None, fmt: str, point_fmt: str, relative: bool, shape: str) -> bool:
+def _compile(t: Template, source: str | None, p: Parser, fmt: str, relative: bool, shape: str) -> bool:
     if source is None:
         return False
     namespace: dict[str, Any] = {
         "_f": float, "_fc": _fc, "_new": tuple.__new__, "_LP": LossPoint, "_INFS": (float("inf"), float("-inf")),
-        "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": point_fmt, "_shape": shape[:SHAPE_CHARS],
+        "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": p.point_fmt(fmt), "_shape": shape[:SHAPE_CHARS],
         "_relative": relative, "_STEP": STEP_AXIS, "_EPOCH": EPOCH_AXIS, "_EPOCH_BATCH": EPOCH_BATCH_AXIS,
     }  # fmt: skip
-    code = compile(source, "<ckptctl.logfast template>", "exec")
+    cache = p.recipe_code  # (templates of one record in other widths share their recipe's source)
+    code = cache.get(source)
+    if code is None:
+        if len(cache) >= _MAX_CODES:
+            cache.clear()
+        code = cache[source] = compile(source, "<ckptctl.logfast template>", "exec")
     exec(code, namespace)  # our own code: group indices and our metric names, no text from the log
     t.read = namespace["read"]
     t.source = source
     return True
 
+
+#: Compiled recipes kept per parser (as many as templates).
+_MAX_CODES = 512
 
 #: A value that is a count (a step, a rank): finite, non-negative, whole, exact in a float.
 _COUNT = "v == v and 0 <= v < 9007199254740992 and v == int(v)"
@@ -228,10 +242,14 @@ def _codegen(
     L = ["def read(g, line_no, P):", "    if P.pending is not None: return None"]
 
     def val(i: int) -> str:
-        return f"{convs[i]}(g[{groups[i]}])"
+        # (a number with thousands separators: read without them, as ``parse_float`` does; inline, no call)
+        return f"_f(g[{groups[i]}])" if convs[i] == "_f" else f"_f(g[{groups[i]}].replace(',', ''))"
 
     # the step: the first candidate whose value is a count
-    L.append("    step = None")
+    # (the first candidate written in digits only, at most 15, is always a count: the step is never None)
+    step_sure = bool(plan.steps) and convs[plan.steps[0]] == "_f" and groups[plan.steps[0]] in nums.digits
+    if not step_sure:
+        L.append("    step = None")
     indent = "    "
     for i in plan.steps:
         if convs[i] == "_f" and groups[i] in nums.digits:
@@ -356,7 +374,8 @@ def _codegen(
     if has_epoch:
         L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
     # (LossLogParser.record: a line with a loss ends an "Epoch 3/20" header's reach)
-    L += ["    if step is None: return None", "    P.in_eval = False", "    P.epoch_header = None"]
+    L += [] if step_sure else ["    if step is None: return None"]
+    L += ["    P.in_eval = False", "    P.epoch_header = None"]
     if weak:
         L.append("    if _shape not in P.weak_shapes: return None")  # (the first of its shape: held by the reader)
         L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")

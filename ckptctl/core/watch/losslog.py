@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from types import CodeType
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
@@ -181,6 +182,7 @@ class LossLogParser:
         """A few lines that looked like metrics but gave no loss (for the error message)."""
         self.fast_stamp: tuple[str, int] = ("", 0)
         """The last timestamp's part up to its minute the fast path read, and its seconds (most lines repeat it)."""
+        self.recipe_code: dict[str, CodeType] = {}  # (the fast path's compiled recipes, by source)
         self._fast = FastPath(self) if fast and pattern is None else None
 
     @property
@@ -207,11 +209,10 @@ class LossLogParser:
 
     def feed(self, line: str) -> list[LogEvent]:
         """Parse one physical line (its trailing newline optional)."""
-        out: list[LogEvent] = []
         if self._fast is not None:
-            self._fast.feed((line,), out)
-        else:
-            self.feed_general(line, out)
+            return self._fast.feed_one(line)
+        out: list[LogEvent] = []
+        self.feed_general(line, out)
         return out
 
     def feed_lines(self, lines: Iterable[str]) -> list[LogEvent]:
