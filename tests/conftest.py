@@ -25,8 +25,36 @@ TESTS = Path(__file__).resolve().parent
 GOLDEN_CACHE = TESTS / ".golden-cache"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free TCP port BELOW the kernel's ephemeral range, for a server that binds it later.
+
+    A port the kernel hands out for ``bind(0)`` is an ephemeral one: by the time torchrun binds
+    it (after sbatch, the scheduler, srun) another program's automatic bind may have taken it;
+    srun did, and torchrun then joined srun's socket as its rendezvous store and waited forever.
+    Each xdist worker draws from its own slice so two workers never pick the same port.
+    """
+    import random
+
+    top = _ephemeral_low()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    slot = int(worker) % 4 if worker.isdigit() else 0
+    lo = max(1024, top - 12000) + slot * 3000
+    for _ in range(500):
+        port = random.randrange(lo, lo + 3000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the slice is full: an ephemeral port, as before
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
