@@ -115,9 +115,16 @@ def lightning_files(out: Path) -> None:
 def deepspeed_zero(out: Path) -> None:
     """DeepSpeed ZeRO-1 on CPU (gloo, world size 1): global_step2 and global_step4 + latest."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import importlib
+
     import deepspeed
     import torch
 
+    # DeepSpeed's CPU backend JIT-compiles a shared-memory allreduce (a C++ build with a file lock
+    # under ~/.cache/torch_extensions) on init; a world of one never uses it, and a build killed
+    # by a timeout leaves the lock behind so every later writer waits on it forever (CI did).
+    # (`import deepspeed.comm.torch as m` would bind torch itself: deepspeed.comm re-exports it.)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))

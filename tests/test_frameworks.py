@@ -51,7 +51,7 @@ def _write_framework(kind: str, dest: Path) -> Path:
                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     proc = subprocess.run([sys.executable, "-m", "tests.framework_writers", kind, str(dest)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} writer failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     (dest / "DONE").write_text("ok\n")
