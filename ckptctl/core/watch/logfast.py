@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.logcleanmap import clean_map
 from ckptctl.core.watch.logevents import (
     LogEvent,
     failure_line,
@@ -38,6 +39,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
+from ckptctl.core.watch.loghot import guess_key, read_repeated
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -72,6 +74,7 @@ from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header
 MAX_TEMPLATE_CHARS = 2048
 _MAX_TEMPLATES = 512
 _MAX_FAILS = 3
+_NO_TEMPLATES: list[Template | None] = [None]
 
 _DIGITS = b"0123456789"
 _DIGIT_RUN_RE = re.compile(r"\d+")
@@ -86,8 +89,6 @@ def line_key(line: str) -> bytes:
     if "0x" in line:
         line = _HEX_RE.sub("0x", line)
     return line.encode("utf-8", "surrogatepass").translate(None, _DIGITS)
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
-_TAG_RE = re.compile(r"\[([A-Za-z_]*?)(\d{1,9})\]:\s?")
 _ANY_NUM_RE = re.compile(r"(?=[-+.\dnNiI])(?:" + NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))")
 _FORM_RE = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.?)(\d*)((?:[eE][-+]?\d+)?)")
 _EXP_PIECE_RE = re.compile(r"[eE][-+]?")
@@ -96,41 +97,6 @@ _DATEISH_RE = re.compile(r"(?<!\d)\d+[-/]\d+(?:\s+|T)\d+:\d+")  # (?<!\d): linea
 #: (``timestamp_s`` looks at the first 64 characters).
 _FIXED_HEAD = 96
 _PY_INT = r"(?:0|[1-9][0-9]{0,14})"
-
-
-# -- cleaning with a map back to the raw line ------------------------------------------------
-
-
-def _clean_map(raw: str) -> tuple[str, list[int], list[tuple[int, int]]] | None:
-    """``clean_line(raw)`` text, the raw index of each of its characters, and the raw spans of the
-    tags' numbers (the first is the rank); None when the two cleanings could disagree."""
-    keep: list[int] = []
-    pos = 0
-    for ansi in _ANSI_RE.finditer(raw):
-        keep.extend(range(pos, ansi.start()))
-        pos = ansi.end()
-    keep.extend(range(pos, len(raw)))
-    text = "".join(raw[i] for i in keep)
-    if "\n" in text:
-        return None
-    digits: list[tuple[int, int]] = []
-    start = 0
-    for _ in range(2 if text.startswith("[") else 0):
-        m = _TAG_RE.match(text, start)
-        if m is None:
-            break
-        a, b = keep[m.start(2)], keep[m.end(2) - 1] + 1
-        if b - a != m.end(2) - m.start(2):
-            return None
-        digits.append((a, b))
-        start = m.end()
-    rest = text[start:]
-    lead = len(rest) - len(rest.lstrip())
-    stripped = rest.strip()
-    index = keep[start + lead : start + lead + len(stripped)]
-    if stripped != lt.clean_line(raw)[0]:
-        return None
-    return stripped, index, digits
 
 
 # -- number forms ----------------------------------------------------------------------------
@@ -203,6 +169,9 @@ class FastPath:
         self.plan_state: dict[bytes, list[int]] = {}
         """Per key: plans made (a key whose lines each need another plan stops getting them), and
         lines read part by part since the last one."""
+        self.prev: Template | None = None
+        """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
+        setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -225,20 +194,28 @@ class FastPath:
         if "\r" in line:
             self._parts(line, out)
             return out
-        known = self.by_key.get(line.encode("utf-8", "surrogatepass").translate(None, _DIGITS) if "0x" not in line else line_key(line))
-        if known is None:
-            if not line or line.isspace():
-                p.num_lines += 1
+        prev = self.prev
+        t = prev.next if prev is not None else None
+        if t is not None and "0x" not in line and (m := t.regex.fullmatch(line)) is not None and self.by_key.get(t.key, _NO_TEMPLATES)[0] is t:
+            self.prev = t  # (the guess: the first template of the line's key, ``loghot``)
+        else:
+            known = self.by_key.get(line.encode("utf-8", "surrogatepass").translate(None, _DIGITS) if "0x" not in line else line_key(line))
+            if known is None:
+                if not line or line.isspace():
+                    p.num_lines += 1
+                else:
+                    p.feed_general(line, out)
+                return out
+            for t in known:
+                m = t.regex.fullmatch(line)
+                if m is not None:
+                    break
             else:
                 p.feed_general(line, out)
-            return out
-        for t in known:
-            m = t.regex.fullmatch(line)
-            if m is not None:
-                break
-        else:
-            p.feed_general(line, out)
-            return out
+                return out
+            if prev is not None:
+                prev.next = t if t.key else None
+            self.prev = t
         read = t.read
         if read is not None:  # a record's template: the common case first
             event = read(m.groups(), p.num_lines + 1, p)
@@ -293,6 +270,8 @@ class FastPath:
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
                 used = []
             keys = whole.split(b"\r")
+            if len(keys) > 2 and keys.count(keys[0]) == len(keys) and read_repeated(self, keys[0], line, len(keys), line_no, out):
+                return  # (a bar redrawn in one shape: ``loghot``)
         restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
@@ -376,23 +355,25 @@ class FastPath:
         if t is None:
             self.tries[key] = tries + 1
             return
+        t.key = guess_key(t, part, key)
         if self.count >= _MAX_TEMPLATES:
             self.by_key.clear()
             self.tries.clear()
             self.plans.clear()
             self.plan_state.clear()
             self.count = 0
+            self.prev = None
         self.count += 1
         known.insert(0, t)
         if len(known) > MAX_PER_KEY:
-            known.pop()  # the oldest: a counter grew a digit where widths are kept exact
+            known.pop().next = None  # the oldest: a counter grew a digit where widths are kept exact
             self.count -= 1
         self.by_key[key] = known
 
 
 def build(part: str, text: str, p: Parser) -> Template | None:
     """The template of ``part`` (``text``: its cleaned text), or None when no template can be exact."""
-    mapped = _clean_map(part)
+    mapped = clean_map(part)
     if mapped is None or mapped[0] != text:
         return None
     _text, index, tag_digits = mapped

@@ -1,0 +1,92 @@
+"""The fast path's hot loop without per-line lookups: guessed templates and repeated parts.
+
+Pure, stdlib only; used by ``ckptctl.core.watch.logfast``. Two shortcuts, each giving the
+template the lookup by key would give, so a line is read exactly as before:
+
+* **The next template, guessed.** A log prints its line shapes in the same order again and
+  again (a record, the timer block under it, the next record). Each template remembers the
+  template of the line that came after it last time (``Template.next``); the next line is
+  first matched by that one. A template only matches lines of its own key (it fixes every
+  character but ASCII digits, and digits are what a key leaves out), so when it matches and
+  is still the first template of its key (the one the lookup tries first), the lookup would
+  have found it: its line's key is never computed (an encode, a translate and a hash of the
+  whole line, a fifth of a record's cost). Templates whose lines may have another key (a hex
+  word, which keys write as ``0x``; a digit of another script) are never guessed.
+* **Repeated parts.** A progress bar redrawn with ``\\r`` prints one part shape several times
+  in a line (Lightning's ``Epoch 3: 42%|...| 840/2000 [..., train_loss_step=2.31]``). When all
+  parts of a line have the same key, the first template of that key reads all of them with
+  one ``findall`` over the whole line (each match anchored to a whole part); when it matched
+  every part, the parts are read from the matches in order, as the part-by-part loop reads
+  them (its lookup would find that template for each part), else the loop reads the line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from ckptctl.core.watch import logparts
+from ckptctl.core.watch.logevents import LogEvent
+from ckptctl.core.watch.logparts import read_rest
+from ckptctl.core.watch.logrecipe import Template
+
+#: A digit of another script (a template made of a line with one may match lines of other keys).
+_OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
+#: The ``multi`` of a template whose whole-line regex failed once (its parts vary in width): never tried again.
+_NEVER = re.compile(r"(?!)")
+
+
+class Fast(logparts.Fast, Protocol):
+    """What the shortcuts use of ``logfast.FastPath``."""
+
+    by_key: dict[bytes, list[Template]]
+
+
+def guess_key(t: Template, part: str, key: bytes) -> bytes:
+    """The key a template may be guessed under (``Template.key``): ``key`` when every line the
+    template matches has that key, else ``b""`` (never guessed)."""
+    if "0x" in part or "\\d" in t.regex.pattern or _OTHER_DIGIT_RE.search(part) is not None:
+        return b""
+    return key
+
+
+def read_repeated(fast: Fast, key: bytes, line: str, num_parts: int, line_no: int, out: list[LogEvent]) -> bool:
+    """A line of ``num_parts`` parts all of key ``key``, read by its first template when that
+    template matches every part (False: nothing was read, the part-by-part loop reads the line)."""
+    known = fast.by_key.get(key)
+    if known is None:
+        return False
+    t = known[0]
+    read = t.read
+    if read is None or t.regex.groups < 2:
+        return False  # (parts that give nothing: no ``findall`` tuples to read; the loop counts them)
+    multi = t.multi
+    if multi is None:
+        try:  # each match a whole part: after the start or a \r, up to a \r or the end
+            multi = re.compile(r"(?<![^\r])(?:" + t.regex.pattern + r")(?![^\r])")
+        except (re.error, RecursionError, OverflowError):
+            multi = _NEVER
+        t.multi = multi
+    found = multi.findall(line)
+    if len(found) != num_parts:
+        # (no match spans a \r, and each starts and ends at a part's ends: one per part, or a part missed)
+        t.multi = _NEVER
+        return False
+    p = fast.p
+    restarts = p.restarts
+    parts: list[str] | None = None
+    for i, groups in enumerate(found):
+        if p.plain:
+            event = read(groups, line_no, p)
+            if event:
+                out.append(event)
+                if not restarts.settled:
+                    restarts.saw_point()
+                fast.hits += 1
+                continue
+            parts = parts or line.split("\r")
+            read_rest(fast, t, event, parts[i], line_no, out)
+            continue
+        parts = parts or line.split("\r")
+        p.feed_part(parts[i], line_no, True, out)
+    return True
