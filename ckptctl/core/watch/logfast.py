@@ -75,6 +75,7 @@ MAX_TEMPLATE_CHARS = 2048
 _MAX_TEMPLATES = 512
 _MAX_FAILS = 3
 _NO_TEMPLATES: list[Template | None] = [None]
+_NO_PLANS: list[Plan | None] = [None]
 
 _DIGITS = b"0123456789"
 _DIGIT_RUN_RE = re.compile(r"\d+")
@@ -170,6 +171,7 @@ class FastPath:
         """Per key: plans made (a key whose lines each need another plan stops getting them), and
         lines read part by part since the last one."""
         self.prev: Template | None = None
+        self.prev_plan: Plan | None = None
         """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
         setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
@@ -255,6 +257,11 @@ class FastPath:
         parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
+        plan = self.prev_plan  # (the last line's plan, guessed as templates are: ``loghot``)
+        if plan is not None and "0x" not in line and (m := plan.regex.fullmatch(line)) is not None and self.plans.get(plan.key, _NO_PLANS)[0] is plan:
+            self.plan_hits += 1
+            run_plan(self, plan, m.groups(), parts, line_no, out)
+            return
         if "0x" in line:
             keys: Iterable[bytes] = map(line_key, parts)
         else:
@@ -264,14 +271,19 @@ class FastPath:
                 m = plan.regex.fullmatch(line)
                 if m is not None:
                     self.plan_hits += 1
+                    self.prev_plan = plan if plan.key else None
                     run_plan(self, plan, m.groups(), parts, line_no, out)
                     return
             state = self.plan_state.get(whole)
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
                 used = []
             keys = whole.split(b"\r")
-            if len(keys) > 2 and keys.count(keys[0]) == len(keys) and read_repeated(self, keys[0], line, len(keys), line_no, out):
-                return  # (a bar redrawn in one shape: ``loghot``)
+            if len(keys) > 2 and keys.count(keys[0]) == len(keys):
+                t = read_repeated(self, keys[0], line, parts, line_no, out)  # (a bar redrawn in one shape: ``loghot``)
+                if t is not None:
+                    if used is not None and p.plain:
+                        note_line(self, whole, parts, [t] * len(parts))  # (as the loop below: the plan comes the same)
+                    return
         restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
@@ -362,7 +374,7 @@ class FastPath:
             self.plans.clear()
             self.plan_state.clear()
             self.count = 0
-            self.prev = None
+            self.prev = self.prev_plan = None
         self.count += 1
         known.insert(0, t)
         if len(known) > MAX_PER_KEY:

@@ -50,16 +50,16 @@ def guess_key(t: Template, part: str, key: bytes) -> bytes:
     return key
 
 
-def read_repeated(fast: Fast, key: bytes, line: str, num_parts: int, line_no: int, out: list[LogEvent]) -> bool:
-    """A line of ``num_parts`` parts all of key ``key``, read by its first template when that
-    template matches every part (False: nothing was read, the part-by-part loop reads the line)."""
+def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: int, out: list[LogEvent]) -> Template | None:
+    """A line whose ``parts`` all have key ``key``, read by its first template when that template
+    matches every part: that template (None: nothing was read, the part-by-part loop reads the line)."""
     known = fast.by_key.get(key)
     if known is None:
-        return False
+        return None
     t = known[0]
     read = t.read
     if read is None or t.regex.groups < 2:
-        return False  # (parts that give nothing: no ``findall`` tuples to read; the loop counts them)
+        return None  # (parts that give nothing: no ``findall`` tuples to read; the loop counts them)
     multi = t.multi
     if multi is None:
         try:  # each match a whole part: after the start or a \r, up to a \r or the end
@@ -68,13 +68,12 @@ def read_repeated(fast: Fast, key: bytes, line: str, num_parts: int, line_no: in
             multi = _NEVER
         t.multi = multi
     found = multi.findall(line)
-    if len(found) != num_parts:
+    if len(found) != len(parts):
         # (no match spans a \r, and each starts and ends at a part's ends: one per part, or a part missed)
         t.multi = _NEVER
-        return False
+        return None
     p = fast.p
     restarts = p.restarts
-    parts: list[str] | None = None
     for i, groups in enumerate(found):
         if p.plain:
             event = read(groups, line_no, p)
@@ -84,9 +83,7 @@ def read_repeated(fast: Fast, key: bytes, line: str, num_parts: int, line_no: in
                     restarts.saw_point()
                 fast.hits += 1
                 continue
-            parts = parts or line.split("\r")
             read_rest(fast, t, event, parts[i], line_no, out)
             continue
-        parts = parts or line.split("\r")
         p.feed_part(parts[i], line_no, True, out)
-    return True
+    return t
