@@ -39,7 +39,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
-from ckptctl.core.watch.loghot import guess_key, read_repeated
+from ckptctl.core.watch.loghot import captured, guess_key, read_repeated
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -76,6 +76,7 @@ _MAX_TEMPLATES = 512
 _MAX_FAILS = 3
 _NO_TEMPLATES: list[Template | None] = [None]
 _NO_PLANS: list[Plan | None] = [None]
+_UNCOMPILED = re.compile("")
 
 _DIGITS = b"0123456789"
 _DIGIT_RUN_RE = re.compile(r"\d+")
@@ -432,12 +433,8 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
     if regex_text is None:
         return None
-    try:
-        regex = re.compile(regex_text)
-    except re.error:
-        return None
     metric_like = looks_like_metrics(text) if len(text) + 16 * len(numbers.text) < 500 else None
-    t = Template(regex, kind, line_shape(text), failure_line(text), metric_like)
+    t = Template(_UNCOMPILED, kind, line_shape(text), failure_line(text), metric_like)
     if kind == RECORD:
         assert tokens is not None
         if leading_step(body) is not None or not record_recipe(t, tokens, body, numbers, text, p):
@@ -446,6 +443,10 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         assert doc is not None
         if not dict_recipe(t, doc, body, numbers, p):
             t.kind = GENERAL
+    try:
+        t.regex = re.compile(captured(t, regex_text, p.recipe_code))  # (only the groups its recipe reads: ``loghot``)
+    except re.error:
+        return None
     return t
 
 

@@ -18,11 +18,16 @@ template the lookup by key would give, so a line is read exactly as before:
   one ``findall`` over the whole line (each match anchored to a whole part); when it matched
   every part, the parts are read from the matches in order, as the part-by-part loop reads
   them (its lookup would find that template for each part), else the loop reads the line.
+
+And a template's regex captures only the numbers its recipe reads (``captured``): the others
+are matched as before, by the same forms, in non-capturing groups (a line's match makes no
+strings for a progress bar's percentage, times or counters nobody reads).
 """
 
 from __future__ import annotations
 
 import re
+from types import CodeType
 from typing import Protocol
 
 from ckptctl.core.watch import logparts
@@ -32,6 +37,9 @@ from ckptctl.core.watch.logrecipe import Template
 
 #: A digit of another script (a template made of a line with one may match lines of other keys).
 _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
+#: Compiled recipes kept per parser (as ``logrecipe``'s: as many as templates).
+_MAX_CODES = 512
+_GROUP_RE = re.compile(r"\bg\[(\d+)\]")
 #: The ``multi`` of a template whose whole-line regex failed once (its parts vary in width): never tried again.
 _NEVER = re.compile(r"(?!)")
 
@@ -87,3 +95,37 @@ def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: 
             continue
         p.feed_part(parts[i], line_no, True, out)
     return t
+
+
+def captured(t: Template, regex_text: str, recipe_code: dict[str, CodeType]) -> str:
+    """``regex_text`` (``logfast._pattern``: each number, tag number and timestamp piece one group)
+    with only the groups ``t``'s recipe reads capturing, and the recipe renumbered to match."""
+    used = sorted({int(m.group(1)) for m in _GROUP_RE.finditer(t.source)})
+    new = {old: i for i, old in enumerate(used)}
+    out: list[str] = []
+    group = 0
+    i = 0
+    n = len(regex_text)
+    while i < n:
+        c = regex_text[i]
+        if c == "\\":
+            out.append(regex_text[i : i + 2])
+            i += 2
+            continue
+        if c == "(" and regex_text[i + 1 : i + 2] != "?":
+            out.append("(" if group in new else "(?:")  # (a group of ``_pattern``: capturing, in order)
+            group += 1
+        else:
+            out.append(c)
+        i += 1
+    if t.read is not None and new != {k: k for k in used}:
+        source = _GROUP_RE.sub(lambda m: f"g[{new[int(m.group(1))]}]", t.source)
+        code = recipe_code.get(source)
+        if code is None:
+            if len(recipe_code) >= _MAX_CODES:
+                recipe_code.clear()
+            code = recipe_code[source] = compile(source, "<ckptctl.logfast template>", "exec")
+        namespace = dict(t.read.__globals__)
+        exec(code, namespace)  # our own code (``logrecipe._codegen``), its groups renumbered
+        t.read, t.source = namespace["read"], source
+    return "".join(out)
