@@ -113,3 +113,21 @@ def test_repeated_parts_give_the_general_readers_events(seed: int) -> None:
     multis = [t.multi for ts in fast._fast.by_key.values() for t in ts if t.multi is not None]
     assert any(m.pattern != "(?!)" for m in multis)  # lines were read by one findall
     assert len(got) > 2000
+
+
+def test_a_part_its_first_template_does_not_match_sends_the_line_to_the_loop() -> None:
+    """Numbers before a timestamp keep their exact width: a part whose counter grew a digit has
+    the same key but is no match of the template of the one-digit parts (the ``findall`` misses a
+    part: the loop reads that line, each part by the template that matches it)."""
+    rng = random.Random(4)
+    lines = []
+    for k in range(400):
+        parts = []
+        for i in range(rng.randint(3, 6)):
+            step = 3 * k + i
+            n = rng.randrange(10) if rng.random() < 0.9 else rng.randrange(10, 100)
+            parts.append(f"it {n} 2024-01-01 10:{k % 60:02d}:{i:02d} step {step} loss {2 + 1 / (step + 1):.4f}")
+        lines.append("\r".join(parts))
+    fast, got = _both(lines)
+    assert fast._fast is not None
+    assert len(got) > 1000

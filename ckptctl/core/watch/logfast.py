@@ -20,8 +20,8 @@ few things that depend on the values (a step that is a count, ``N <= T`` for a c
 NaN counter of zero, a time below 1e8 s) or hands the line back. What the parser's state
 decides (an open record, the format locked onto, the epoch of a Keras bar, an evaluation
 block) is read from the parser at run time. Tables, CSV and Markdown switch the fast path
-off while they are active. Lines are found by their first characters (``_PREFIX``) among
-at most ``_MAX_TEMPLATES`` templates, then the last used ones.
+off while they are active. A line's templates are found by its key (``line_key``) among at
+most ``_MAX_TEMPLATES``, or guessed from the previous line's (``loghot``).
 """
 
 from __future__ import annotations
