@@ -90,6 +90,11 @@ CASES = [
     ("      reason: ClusterQueueStopped", "k8s-reason-evicted", "preemption", "medium"),
     ("      reason: MaximumExecutionTimeExceeded", "k8s-reason-deadline", "preemption", "medium"),
     ("      reason: NodeFailures", "k8s-reason-node-lost", "infra", "medium"),
+    # Modal
+    ("Runner interrupted due to worker preemption. Your Function will be restarted with the same input.",
+     "modal-worker-preempted", "preemption", "medium"),
+    ("modal.exception.FunctionTimeoutError: Task's current input in-01JH2K timed out after 86400.0s",
+     "modal-function-timeout", "preemption", "high"),
     # the clouds' record of the instance
     ("NodeName=queue0-dy-p5-2 State=DOWN+CLOUD+POWERED_DOWN Reason=(Code:InsufficientInstanceCapacity)Failure "
      "when resuming nodes [root@2026-01-14T03:12:44]", "ec2-capacity-error", "infra", "low"),
@@ -220,6 +225,7 @@ def test_new_signatures_record_their_source() -> None:
                    "aws-ecs-spot-interrupted", "aws-ecs-stop-code", "ray-exception-job", "ray-exception-job-low",
                    "ray-runtime-env-failed", "ray-object-store-full", "ray-out-of-disk",
                    "ray-autoscaler-unfulfillable", "ec2-capacity-error", "ec2-state-reason-spot",
-                   "ec2-state-reason-host", "ec2-state-reason-stopped", "gce-system-event-host-error"):
+                   "ec2-state-reason-host", "ec2-state-reason-stopped", "gce-system-event-host-error",
+                   "modal-worker-preempted", "modal-function-timeout"):
         sig = next(s for s in SIGNATURES if s.id == sig_id)
         assert sig.source
