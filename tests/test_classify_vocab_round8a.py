@@ -90,6 +90,17 @@ CASES = [
     ("      reason: ClusterQueueStopped", "k8s-reason-evicted", "preemption", "medium"),
     ("      reason: MaximumExecutionTimeExceeded", "k8s-reason-deadline", "preemption", "medium"),
     ("      reason: NodeFailures", "k8s-reason-node-lost", "infra", "medium"),
+    # nvidia-container-cli's stage errors: the node's container GPU setup, or the image's request
+    ("slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig failed with error "
+     "code: 127", "nvidia-container-cli-node", "infra", "medium"),
+    ("docker: Error response from daemon: failed to create task for container: OCI runtime create failed: "
+     "nvidia-container-cli: mount error: stat failed: /dev/nvidia-uvm: no such file or directory: unknown.",
+     "nvidia-container-cli-node", "infra", "medium"),
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, please update your driver to a "
+     "newer version, or use an earlier cuda container: unknown", "nvidia-container-cli-request", "job", "low"),
+    # SkyPilot's launcher without capacity
+    ("sky.exceptions.ResourcesUnavailableError: Failed to provision all possible launchable resources. Relax the "
+     "task's resource requirements: 1x AWS(p5.48xlarge)", "skypilot-resources-unavailable", "infra", "low"),
     # Modal
     ("Runner interrupted due to worker preemption. Your Function will be restarted with the same input.",
      "modal-worker-preempted", "preemption", "medium"),
@@ -226,6 +237,7 @@ def test_new_signatures_record_their_source() -> None:
                    "ray-runtime-env-failed", "ray-object-store-full", "ray-out-of-disk",
                    "ray-autoscaler-unfulfillable", "ec2-capacity-error", "ec2-state-reason-spot",
                    "ec2-state-reason-host", "ec2-state-reason-stopped", "gce-system-event-host-error",
-                   "modal-worker-preempted", "modal-function-timeout"):
+                   "modal-worker-preempted", "modal-function-timeout", "nvidia-container-cli-node",
+                   "nvidia-container-cli-request", "skypilot-resources-unavailable"):
         sig = next(s for s in SIGNATURES if s.id == sig_id)
         assert sig.source
