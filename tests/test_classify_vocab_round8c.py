@@ -51,8 +51,7 @@ CASES = [
      "cuda-call-refused", "job", "medium"),
     ("cudaLaunchCooperativeKernel returned cudaErrorCooperativeLaunchTooLarge", "cuda-call-refused", "job", "medium"),
     ("RuntimeError: CUDA error: invalid argument", "cuda-call-refused-prefixed", "job", "medium"),
-    ("gpu-a3:1822:1901 [2] enqueue.cc:1556 NCCL WARN Cuda failure 400 'invalid resource handle'",
-     "cuda-call-refused-prefixed", "job", "medium"),
+    ("RuntimeError: Triton Error [CUDA]: invalid resource handle", "cuda-call-refused-prefixed", "job", "medium"),
     ("RuntimeError: cuda runtime error (500) : named symbol not found at /src/THC/generic/THCTensorMath.cu:35",
      "cuda-call-refused-prefixed", "job", "medium"),
     # a device ordinal the node does not have: weak
@@ -131,6 +130,9 @@ def test_paddle_hint_line_decides_for_its_wrapper() -> None:
         ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
          "cuda-driver-mismatch"),
         ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED", "cudnn-cublas-unsupported"),
+        # NCCL's own CUDA failure with a generic sentence stays NCCL's (weak, the GPU or driver)
+        ("gpu-a3:1822:1901 [2] enqueue.cc:1556 NCCL WARN Cuda failure 400 'invalid resource handle'",
+         "nccl-unhandled-cuda-error"),
         # the first code of a line decides, whichever entry holds it
         ("CUDA_ERROR_OUT_OF_MEMORY after CUDA_ERROR_INVALID_VALUE", "cuda-oom"),
     ],
@@ -182,7 +184,7 @@ def test_ray_node_dead_alone_is_weak() -> None:
 
 # driver_types.h (CUDA 12.x), enum cudaError, every member but cudaSuccess and the API base: each
 # is decided by exactly one entry (a cuda.yaml name entry, or the default.yaml entry that reads it).
-CUDA_ERROR_T = """
+_CUDA_ERROR_T_NAMES = """
 InvalidValue MemoryAllocation InitializationError CudartUnloading ProfilerDisabled ProfilerNotInitialized
 ProfilerAlreadyStarted ProfilerAlreadyStopped InvalidConfiguration InvalidPitchValue InvalidSymbol
 InvalidHostPointer InvalidDevicePointer InvalidTexture InvalidTextureBinding InvalidChannelDescriptor
@@ -207,7 +209,8 @@ MpsClientTerminated CdpNotSupported CdpVersionMismatch StreamCaptureUnsupported 
 StreamCaptureMerge StreamCaptureUnmatched StreamCaptureUnjoined StreamCaptureIsolation StreamCaptureImplicit
 CapturedEvent StreamCaptureWrongThread Timeout GraphExecUpdateFailure ExternalDevice InvalidClusterSize
 FunctionNotLoaded InvalidResourceType InvalidResourceConfiguration Unknown
-""".split()
+"""
+CUDA_ERROR_T = _CUDA_ERROR_T_NAMES.split()
 
 #: Read by name by an earlier entry (default.yaml, fabric.yaml), with their sentences.
 DECIDED_IN_DEFAULT = {"MemoryAllocation", "InsufficientDriver", "DevicesUnavailable", "ECCUncorrectable",
