@@ -131,8 +131,10 @@ def test_paddle_hint_line_decides_for_its_wrapper() -> None:
          "cuda-driver-mismatch"),
         ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED", "cudnn-cublas-unsupported"),
         # NCCL's own CUDA failure with a generic sentence stays NCCL's (weak, the GPU or driver)
-        ("gpu-a3:1822:1901 [2] enqueue.cc:1556 NCCL WARN Cuda failure 400 'invalid resource handle'",
+        ("gpu-a3:1822:1901 [2] enqueue.cc:1556 NCCL WARN Cuda failure 'invalid resource handle'",
          "nccl-unhandled-cuda-error"),
+        # default.yaml's longer sentence that starts with a generic one of this file
+        ("RuntimeError: CUDA error: operation not supported on global/shared address space", "cuda-illegal-address"),
         # the first code of a line decides, whichever entry holds it
         ("CUDA_ERROR_OUT_OF_MEMORY after CUDA_ERROR_INVALID_VALUE", "cuda-oom"),
     ],
