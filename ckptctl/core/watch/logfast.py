@@ -20,8 +20,8 @@ few things that depend on the values (a step that is a count, ``N <= T`` for a c
 NaN counter of zero, a time below 1e8 s) or hands the line back. What the parser's state
 decides (an open record, the format locked onto, the epoch of a Keras bar, an evaluation
 block) is read from the parser at run time. Tables, CSV and Markdown switch the fast path
-off while they are active. Lines are found by their first characters (``_PREFIX``) among
-at most ``_MAX_TEMPLATES`` templates, then the last used ones.
+off while they are active. A line's templates are found by its key (``line_key``) among at
+most ``_MAX_TEMPLATES``, or guessed from the previous line's (``loghot``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.logcleanmap import clean_map
 from ckptctl.core.watch.logevents import (
     LogEvent,
     failure_line,
@@ -38,6 +39,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
+from ckptctl.core.watch.loghot import captured, guess_key, read_repeated
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -72,6 +74,9 @@ from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header
 MAX_TEMPLATE_CHARS = 2048
 _MAX_TEMPLATES = 512
 _MAX_FAILS = 3
+_NO_TEMPLATES: list[Template | None] = [None]
+_NO_PLANS: list[Plan | None] = [None]
+_UNCOMPILED = re.compile("")
 
 _DIGITS = b"0123456789"
 _DIGIT_RUN_RE = re.compile(r"\d+")
@@ -86,8 +91,6 @@ def line_key(line: str) -> bytes:
     if "0x" in line:
         line = _HEX_RE.sub("0x", line)
     return line.encode("utf-8", "surrogatepass").translate(None, _DIGITS)
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b")
-_TAG_RE = re.compile(r"\[([A-Za-z_]*?)(\d{1,9})\]:\s?")
 _ANY_NUM_RE = re.compile(r"(?=[-+.\dnNiI])(?:" + NUM + r"|(?i:[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z]))")
 _FORM_RE = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.?)(\d*)((?:[eE][-+]?\d+)?)")
 _EXP_PIECE_RE = re.compile(r"[eE][-+]?")
@@ -96,41 +99,6 @@ _DATEISH_RE = re.compile(r"(?<!\d)\d+[-/]\d+(?:\s+|T)\d+:\d+")  # (?<!\d): linea
 #: (``timestamp_s`` looks at the first 64 characters).
 _FIXED_HEAD = 96
 _PY_INT = r"(?:0|[1-9][0-9]{0,14})"
-
-
-# -- cleaning with a map back to the raw line ------------------------------------------------
-
-
-def _clean_map(raw: str) -> tuple[str, list[int], list[tuple[int, int]]] | None:
-    """``clean_line(raw)`` text, the raw index of each of its characters, and the raw spans of the
-    tags' numbers (the first is the rank); None when the two cleanings could disagree."""
-    keep: list[int] = []
-    pos = 0
-    for ansi in _ANSI_RE.finditer(raw):
-        keep.extend(range(pos, ansi.start()))
-        pos = ansi.end()
-    keep.extend(range(pos, len(raw)))
-    text = "".join(raw[i] for i in keep)
-    if "\n" in text:
-        return None
-    digits: list[tuple[int, int]] = []
-    start = 0
-    for _ in range(2 if text.startswith("[") else 0):
-        m = _TAG_RE.match(text, start)
-        if m is None:
-            break
-        a, b = keep[m.start(2)], keep[m.end(2) - 1] + 1
-        if b - a != m.end(2) - m.start(2):
-            return None
-        digits.append((a, b))
-        start = m.end()
-    rest = text[start:]
-    lead = len(rest) - len(rest.lstrip())
-    stripped = rest.strip()
-    index = keep[start + lead : start + lead + len(stripped)]
-    if stripped != lt.clean_line(raw)[0]:
-        return None
-    return stripped, index, digits
 
 
 # -- number forms ----------------------------------------------------------------------------
@@ -203,6 +171,10 @@ class FastPath:
         self.plan_state: dict[bytes, list[int]] = {}
         """Per key: plans made (a key whose lines each need another plan stops getting them), and
         lines read part by part since the last one."""
+        self.prev: Template | None = None
+        self.prev_plan: Plan | None = None
+        """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
+        setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -225,20 +197,28 @@ class FastPath:
         if "\r" in line:
             self._parts(line, out)
             return out
-        known = self.by_key.get(line.encode("utf-8", "surrogatepass").translate(None, _DIGITS) if "0x" not in line else line_key(line))
-        if known is None:
-            if not line or line.isspace():
-                p.num_lines += 1
+        prev = self.prev
+        t = prev.next if prev is not None else None
+        if t is not None and "0x" not in line and (m := t.regex.fullmatch(line)) is not None and self.by_key.get(t.key, _NO_TEMPLATES)[0] is t:
+            self.prev = t  # (the guess: the first template of the line's key, ``loghot``)
+        else:
+            known = self.by_key.get(line.encode("utf-8", "surrogatepass").translate(None, _DIGITS) if "0x" not in line else line_key(line))
+            if known is None:
+                if not line or line.isspace():
+                    p.num_lines += 1
+                else:
+                    p.feed_general(line, out)
+                return out
+            for t in known:
+                m = t.regex.fullmatch(line)
+                if m is not None:
+                    break
             else:
                 p.feed_general(line, out)
-            return out
-        for t in known:
-            m = t.regex.fullmatch(line)
-            if m is not None:
-                break
-        else:
-            p.feed_general(line, out)
-            return out
+                return out
+            if prev is not None:
+                prev.next = t if t.key else None
+            self.prev = t
         read = t.read
         if read is not None:  # a record's template: the common case first
             event = read(m.groups(), p.num_lines + 1, p)
@@ -278,6 +258,11 @@ class FastPath:
         parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
+        plan = self.prev_plan  # (the last line's plan, guessed as templates are: ``loghot``)
+        if plan is not None and "0x" not in line and (m := plan.regex.fullmatch(line)) is not None and self.plans.get(plan.key, _NO_PLANS)[0] is plan:
+            self.plan_hits += 1
+            run_plan(self, plan, m.groups(), parts, line_no, out)
+            return
         if "0x" in line:
             keys: Iterable[bytes] = map(line_key, parts)
         else:
@@ -287,12 +272,19 @@ class FastPath:
                 m = plan.regex.fullmatch(line)
                 if m is not None:
                     self.plan_hits += 1
+                    self.prev_plan = plan if plan.key else None
                     run_plan(self, plan, m.groups(), parts, line_no, out)
                     return
             state = self.plan_state.get(whole)
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
                 used = []
             keys = whole.split(b"\r")
+            if len(keys) > 2 and keys.count(keys[0]) == len(keys):
+                t = read_repeated(self, keys[0], line, parts, line_no, out)  # (a bar redrawn in one shape: ``loghot``)
+                if t is not None:
+                    if used is not None and p.plain:
+                        note_line(self, whole, parts, [t] * len(parts))  # (as the loop below: the plan comes the same)
+                    return
         restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
             if not part or part.isspace():
@@ -376,23 +368,25 @@ class FastPath:
         if t is None:
             self.tries[key] = tries + 1
             return
+        t.key = guess_key(t, part, key)
         if self.count >= _MAX_TEMPLATES:
             self.by_key.clear()
             self.tries.clear()
             self.plans.clear()
             self.plan_state.clear()
             self.count = 0
+            self.prev = self.prev_plan = None
         self.count += 1
         known.insert(0, t)
         if len(known) > MAX_PER_KEY:
-            known.pop()  # the oldest: a counter grew a digit where widths are kept exact
+            known.pop().next = None  # the oldest: a counter grew a digit where widths are kept exact
             self.count -= 1
         self.by_key[key] = known
 
 
 def build(part: str, text: str, p: Parser) -> Template | None:
     """The template of ``part`` (``text``: its cleaned text), or None when no template can be exact."""
-    mapped = _clean_map(part)
+    mapped = clean_map(part)
     if mapped is None or mapped[0] != text:
         return None
     _text, index, tag_digits = mapped
@@ -439,12 +433,8 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     regex_text, numbers = _pattern(part, text, index, tag_digits, stamp, body, py_from=body.find("{") if kind == DICT else -1)
     if regex_text is None:
         return None
-    try:
-        regex = re.compile(regex_text)
-    except re.error:
-        return None
     metric_like = looks_like_metrics(text) if len(text) + 16 * len(numbers.text) < 500 else None
-    t = Template(regex, kind, line_shape(text), failure_line(text), metric_like)
+    t = Template(_UNCOMPILED, kind, line_shape(text), failure_line(text), metric_like)
     if kind == RECORD:
         assert tokens is not None
         if leading_step(body) is not None or not record_recipe(t, tokens, body, numbers, text, p):
@@ -453,6 +443,10 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         assert doc is not None
         if not dict_recipe(t, doc, body, numbers, p):
             t.kind = GENERAL
+    try:
+        t.regex = re.compile(captured(t, regex_text, p.recipe_code))  # (only the groups its recipe reads: ``loghot``)
+    except re.error:
+        return None
     return t
 
 

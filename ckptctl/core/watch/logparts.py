@@ -41,10 +41,13 @@ SKIP = None
 class Plan:
     """One line shape of several parts: its regex and, per part, its template and groups."""
 
-    __slots__ = ("ops", "regex", "steps")
+    __slots__ = ("key", "ops", "regex", "steps")
 
     def __init__(self, regex: re.Pattern[str], steps: list[tuple[Template | None, int, int]]) -> None:
         self.regex = regex
+        self.key = b""
+        """Its lines' key when every line it matches has that key (each part's template does), else
+        empty: never guessed (``loghot``)."""
         self.steps = steps
         """Per part: (its template, or None for a skipped part; its first group; its end group)."""
         self.ops: list[tuple[int, int, Template | None, int, int]] = []
@@ -123,6 +126,7 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
     state[1] = 0
     made = make_plan(parts, used)
     if made is not None:
+        made.key = whole if all(t is None or t.key for t in used) else b""
         plans = fast.plans.setdefault(whole, [])
         plans.insert(0, made)
         del plans[MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact

@@ -87,7 +87,7 @@ class Parser(Protocol):
 class Template:
     """One line shape: its regex over the raw line, what it gives, and how to read its groups."""
 
-    __slots__ = ("failure", "kind", "metric_like", "read", "regex", "shape", "source")
+    __slots__ = ("failure", "key", "kind", "metric_like", "multi", "next", "read", "regex", "shape", "source")
 
     def __init__(self, regex: re.Pattern[str], kind: int, shape: str | None, failure: bool, metric_like: bool | None) -> None:
         self.regex = regex
@@ -100,6 +100,13 @@ class Template:
         """The recipe of a ``RECORD``/``DICT`` template (generated code; see ``_codegen``)."""
         self.source = ""
         """The recipe's source (for tests and debugging)."""
+        self.key = b""
+        """Its lookup key (``logfast.line_key``); empty: a line it matches may have another key
+        (a hex word or a digit of another script in it), so it is never guessed (``loghot``)."""
+        self.next: Template | None = None
+        """The template of the line that came after one of this template last time (``loghot``)."""
+        self.multi: re.Pattern[str] | None = None
+        """Its regex for a whole line of ``\\r``-separated parts it all matches (``loghot``; made on first use)."""
 
 
 class Numbers:

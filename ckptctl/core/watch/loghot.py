@@ -1,0 +1,131 @@
+"""The fast path's hot loop without per-line lookups: guessed templates and repeated parts.
+
+Pure, stdlib only; used by ``ckptctl.core.watch.logfast``. Two shortcuts, each giving the
+template the lookup by key would give, so a line is read exactly as before:
+
+* **The next template, guessed.** A log prints its line shapes in the same order again and
+  again (a record, the timer block under it, the next record). Each template remembers the
+  template of the line that came after it last time (``Template.next``); the next line is
+  first matched by that one. A template only matches lines of its own key (it fixes every
+  character but ASCII digits, and digits are what a key leaves out), so when it matches and
+  is still the first template of its key (the one the lookup tries first), the lookup would
+  have found it: its line's key is never computed (an encode, a translate and a hash of the
+  whole line, a fifth of a record's cost). Templates whose lines may have another key (a hex
+  word, which keys write as ``0x``; a digit of another script) are never guessed.
+* **Repeated parts.** A progress bar redrawn with ``\\r`` prints one part shape several times
+  in a line (Lightning's ``Epoch 3: 42%|...| 840/2000 [..., train_loss_step=2.31]``). When all
+  parts of a line have the same key, the first template of that key reads all of them with
+  one ``findall`` over the whole line (each match anchored to a whole part); when it matched
+  every part, the parts are read from the matches in order, as the part-by-part loop reads
+  them (its lookup would find that template for each part), else the loop reads the line.
+
+And a template's regex captures only the numbers its recipe reads (``captured``): the others
+are matched as before, by the same forms, in non-capturing groups (a line's match makes no
+strings for a progress bar's percentage, times or counters nobody reads).
+"""
+
+from __future__ import annotations
+
+import re
+from types import CodeType
+from typing import Protocol
+
+from ckptctl.core.watch import logparts
+from ckptctl.core.watch.logevents import LogEvent
+from ckptctl.core.watch.logparts import read_rest
+from ckptctl.core.watch.logrecipe import Template
+
+#: A digit of another script (a template made of a line with one may match lines of other keys).
+_OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
+#: Compiled recipes kept per parser (as ``logrecipe``'s: as many as templates).
+_MAX_CODES = 512
+_GROUP_RE = re.compile(r"\bg\[(\d+)\]")
+#: The ``multi`` of a template whose whole-line regex failed once (its parts vary in width): never tried again.
+_NEVER = re.compile(r"(?!)")
+
+
+class Fast(logparts.Fast, Protocol):
+    """What the shortcuts use of ``logfast.FastPath``."""
+
+    by_key: dict[bytes, list[Template]]
+
+
+def guess_key(t: Template, part: str, key: bytes) -> bytes:
+    """The key a template may be guessed under (``Template.key``): ``key`` when every line the
+    template matches has that key, else ``b""`` (never guessed)."""
+    if "0x" in part or "\\d" in t.regex.pattern or _OTHER_DIGIT_RE.search(part) is not None:
+        return b""
+    return key
+
+
+def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: int, out: list[LogEvent]) -> Template | None:
+    """A line whose ``parts`` all have key ``key``, read by its first template when that template
+    matches every part: that template (None: nothing was read, the part-by-part loop reads the line)."""
+    known = fast.by_key.get(key)
+    if known is None:
+        return None
+    t = known[0]
+    read = t.read
+    if read is None or t.regex.groups < 2:
+        return None  # (parts that give nothing: no ``findall`` tuples to read; the loop counts them)
+    multi = t.multi
+    if multi is None:
+        try:  # each match a whole part: after the start or a \r, up to a \r or the end
+            multi = re.compile(r"(?<![^\r])(?:" + t.regex.pattern + r")(?![^\r])")
+        except (re.error, RecursionError, OverflowError):
+            multi = _NEVER
+        t.multi = multi
+    found = multi.findall(line)
+    if len(found) != len(parts):
+        # (no match spans a \r, and each starts and ends at a part's ends: one per part, or a part missed)
+        t.multi = _NEVER
+        return None
+    p = fast.p
+    restarts = p.restarts
+    for i, groups in enumerate(found):
+        if p.plain:
+            event = read(groups, line_no, p)
+            if event:
+                out.append(event)
+                if not restarts.settled:
+                    restarts.saw_point()
+                fast.hits += 1
+                continue
+            read_rest(fast, t, event, parts[i], line_no, out)
+            continue
+        p.feed_part(parts[i], line_no, True, out)
+    return t
+
+
+def captured(t: Template, regex_text: str, recipe_code: dict[str, CodeType]) -> str:
+    """``regex_text`` (``logfast._pattern``: each number, tag number and timestamp piece one group)
+    with only the groups ``t``'s recipe reads capturing, and the recipe renumbered to match."""
+    used = sorted({int(m.group(1)) for m in _GROUP_RE.finditer(t.source)})
+    new = {old: i for i, old in enumerate(used)}
+    out: list[str] = []
+    group = 0
+    i = 0
+    n = len(regex_text)
+    while i < n:
+        c = regex_text[i]
+        if c == "\\":
+            out.append(regex_text[i : i + 2])
+            i += 2
+            continue
+        if c == "(" and regex_text[i + 1 : i + 2] != "?":
+            out.append("(" if group in new else "(?:")  # (a group of ``_pattern``: capturing, in order)
+            group += 1
+        else:
+            out.append(c)
+        i += 1
+    if t.read is not None and new != {k: k for k in used}:
+        source = _GROUP_RE.sub(lambda m: f"g[{new[int(m.group(1))]}]", t.source)
+        code = recipe_code.get(source)
+        if code is None:
+            if len(recipe_code) >= _MAX_CODES:
+                recipe_code.clear()
+            code = recipe_code[source] = compile(source, "<ckptctl.logfast template>", "exec")
+        namespace = dict(t.read.__globals__)
+        exec(code, namespace)  # our own code (``logrecipe._codegen``), its groups renumbered
+        t.read, t.source = namespace["read"], source
+    return "".join(out)
