@@ -28,11 +28,13 @@ DEFAULT_CATALOG = "default.yaml"
 #: GPU drivers' other messages (GSP, amdgpu); then the fabric's, the MPI libraries', the host kernel's and
 #: NCCL's specific errors, the schedulers', the distributed runtimes' (JAX/XLA), the accelerator
 #: runtimes' status codes (Neuron, HIP; Ascend CANN/ACL/HCCL codes in ascend.yaml), the
-#: platforms' preemption, maintenance and job-end wordings; then the general catalog
+#: platforms' preemption, maintenance and job-end wordings; the CUDA runtime's, driver's and math
+#: libraries' error codes (those default.yaml does not decide); then the general catalog
 #: (ending with the generic Python exception rule).
 BUILTIN_CATALOGS = (
     "xids.yaml", "gpu_drivers.yaml", "fabric.yaml", "mpi.yaml", "host.yaml", "nccl.yaml", "slurm.yaml", "schedulers.yaml",
-    "runtimes.yaml", "accelerators.yaml", "ascend.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", DEFAULT_CATALOG,
+    "runtimes.yaml", "accelerators.yaml", "ascend.yaml", "preemption.yaml", "kubernetes.yaml", "platforms.yaml", "cuda.yaml",
+    DEFAULT_CATALOG,
 )  # fmt: skip
 
 
