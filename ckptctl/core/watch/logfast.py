@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.leadstep import leading_step
 from ckptctl.core.watch.logevents import (
+    STEP_AXIS,
     LogEvent,
     failure_line,
     line_shape,
@@ -406,7 +407,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     elif doc is not None:
         rec = dict_record(*doc)
         if rec is not None and rec.step is not None:
-            kind = DICT
+            kind = DICT if rec.axis == STEP_AXIS else GENERAL  # (a JSON line per epoch: logplan)
         elif prefix_dict_record(body, doc[0]) is not None:
             kind = GENERAL  # (the step from a prefix of fields before the dict: ``logextras``)
         else:

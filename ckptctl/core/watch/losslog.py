@@ -1,44 +1,36 @@
 """Training-log lines -> loss points (with their step and metrics) and checkpoint markers.
 
-Pure: a ``LossLogParser`` is fed one line at a time and returns what it found; it
-reads nothing and keeps only small state (a CSV or column header, the current
-epoch of a progress bar, a multi-line record being assembled, the format auto
-detection locked onto). Stdlib only.
+Pure: a ``LossLogParser`` is fed one line at a time and returns what it found; it reads
+nothing and keeps only small state (a CSV or column header, the current epoch of a progress
+bar, a multi-line record being assembled, the format auto detection locked onto). Stdlib only.
 
 How a line is read (one mechanism for every logger; ``ckptctl.core.watch.logtokens``):
 
-1. Split on carriage returns (tqdm redraws); strip ANSI colours and torchrun's
-   ``[default0]:`` / ``[rank0]:`` tags (the tag's number is the rank unless the
-   payload names one); read a leading timestamp.
-2. A restore line (``loaded/restored/resumed ... checkpoint``, ``Continuing training
-   from ...``) or a save line (``Saving checkpoint ...``) is a *marker* with the step
-   it names, never a sample, whatever numbers it carries.
-3. Otherwise the line's fields (``key=value``, ``key: value``, ``key value``, dicts,
-   a CSV row under its header, a row of columns under a header line) are classified
-   by their words: a step (``step``, ``iter``, ``iteration``, ``global_step``,
-   ``num_updates``; else a progress bar's ``N/T`` inside an ``Epoch E``), a training
-   loss (``loss`` first, then ``total_loss``/``train_loss``/``lm loss``, then any
-   other ``*loss``; never eval/val/aux/scale), and metrics: learning rate, tokens or
-   samples seen, throughput, time per step, loss scale, grad norm. Lines naming an
-   evaluation are skipped.
-4. A line with a step and no loss opens a record; the lines after it (no step of
-   their own: indented or bulleted, or short ``key: value`` lines) add their loss and
-   metrics (Coqui's ``--> STEP`` + ``| > loss:``, DeepSpeed's ``step=N, lr=`` + ``steps:
-   N loss:``, ``== step 1200 ==`` + ``loss: 2.31``). A record is emitted when the next
-   step, marker or evaluation arrives, or at ``flush()``.
-5. The position of a record is its step; without one, a progress bar's (or a bracketed)
-   ``N/T`` inside an epoch (``epoch x T + N``, axis ``epoch-batch``), or the epoch itself
-   (``Epoch 12/90 | ... | train loss 2.31``, axis ``epoch``).
-6. Tables (a header line, then rows; Markdown tables too) and logs pasted into Markdown
-   code fences (the prose around them is no data) are read as such (``logtables``).
+1. Split on carriage returns (tqdm redraws); strip ANSI colours and torchrun's ``[rank0]:``
+   tags (the rank unless the payload names one); read a leading timestamp.
+2. A restore line (``loaded/restored/resumed ... checkpoint``, ``Continuing training from ...``) or
+   a save line (``Saving checkpoint ...``) is a *marker* with the step it names, never a sample,
+   whatever numbers it carries.
+3. Otherwise the line's fields (``key=value``, ``key: value``, ``key value``, dicts, a CSV row
+   under its header, a row of columns under a header line) are classified by their words: a step
+   (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``; else a progress bar's
+   ``N/T`` inside an ``Epoch E``), a training loss (``loss`` first, then
+   ``total_loss``/``train_loss``/``lm loss``, then any other ``*loss``; never eval/val/aux/scale),
+   and metrics: learning rate, tokens or samples seen, throughput, time per step, loss scale, grad
+   norm. Lines naming an evaluation are skipped.
+4. A line with a step and no loss opens a record; the lines after it (no step of their own:
+   indented or bulleted, or short ``key: value`` lines) add their loss and metrics (Coqui's
+   ``--> STEP`` + ``| > loss:``, DeepSpeed's ``step=N, lr=`` + ``steps: N loss:``). A record is
+   emitted when the next step, marker or evaluation arrives, or at ``flush()``.
+5. The position of a record is its step; without one, a progress bar's (or a bracketed) ``N/T``
+   inside an epoch (``epoch x T + N``, axis ``epoch-batch``), or the epoch itself (axis ``epoch``).
+6. Tables (a header line, then rows; Markdown tables too; ``logtables``), box-drawn tables of
+   splits (``logsplits``) and logs pasted into Markdown code fences (the prose around is no data).
 
-Lines of a shape seen before are read by a compiled template of that shape
-(``ckptctl.core.watch.logfast``), which gives what this reader gives.
-
-``format`` names the logger a line looks like (``FORMATS``, detection data in
-``DIALECTS``); ``auto`` locks onto the first one that gave a point so one stray
-line of another shape cannot mix in. ``--pattern REGEX`` (named groups ``loss``,
-``step``, ``rank``, ``epoch``) reads anything else.
+Lines of a shape seen before are read by a compiled template of that shape (``logfast``).
+``format`` names the logger a line looks like (``FORMATS``, ``DIALECTS``); ``auto`` locks onto
+the first one that gave a point. ``--pattern REGEX`` (groups ``loss``, ``step``, ``rank``,
+``epoch``) reads anything else.
 """
 
 from __future__ import annotations
@@ -79,6 +71,7 @@ from ckptctl.core.watch.logplan import (
     plan_for,
 )
 from ckptctl.core.watch.logspread import Spread, opens, spread_feed, spread_flush
+from ckptctl.core.watch.logsplits import VERTICALS, SplitTables
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -158,6 +151,8 @@ class LossLogParser:
         self.blocks = KeyValueBlocks()
         self.spread = Spread()
         self.pairs = EpochBatchPairs()
+        self.splits = SplitTables()
+        self.head: Record | None = None  # the last record opened without a loss (a heading; logsplits)
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
         self.markdown = False
@@ -287,6 +282,11 @@ class LossLogParser:
         if is_fence(text):
             self.markdown, self._in_fence, self.plain = True, not self._in_fence, False
             return []
+        if text[:1] in VERTICALS:  # a box-drawn table of splits (logsplits)
+            belongs, split = self.splits.row(text, self.head, line_no)
+            if belongs:
+                self.plain = False
+                return [] if split is None else self.accept(split, tag_rank)
         prose = self.markdown and not self._in_fence and not is_markdown_row(text)
         if self.columns is None and (self.blocks.rows or text.lstrip()[:1] in ("|", "-", "/")):
             took, done = self.blocks.feed(text)  # a key-value block (Stable-Baselines3's logger)
@@ -459,7 +459,7 @@ class LossLogParser:
             else:
                 out.extend(self.emit_pending())
             if rec.loss is None:
-                self.pending = rec
+                self.pending = self.head = rec
                 return out
         elif rec.fmt not in ("hf", "jsonl", PATTERN):
             pending = self.pending
