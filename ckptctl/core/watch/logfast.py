@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable
 
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.leadstep import has_range, leading_step
 from ckptctl.core.watch.logevents import (
     STEP_AXIS,
     LogEvent,
@@ -448,7 +448,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     t = Template(regex, kind, line_shape(text), failure_line(text), metric_like)
     if kind == RECORD:
         assert tokens is not None
-        if leading_step(body) is not None or not record_recipe(t, tokens, body, numbers, text, p):
+        if leading_step(body) is not None or has_range(body) or not record_recipe(t, tokens, body, numbers, text, p):
             t.kind = GENERAL  # (a step printed bare at the head: the general reader's rule, ``leadstep``)
     elif kind == DICT:
         assert doc is not None

@@ -43,7 +43,7 @@ from types import CodeType
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.epochhead import is_epoch_heading
-from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.leadstep import MinibatchRanges, has_range, leading_step
 from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
@@ -58,6 +58,7 @@ from ckptctl.core.watch.logevents import (
     record_shape,
 )
 from ckptctl.core.watch.logextras import EpochBatchPairs, dict_line_record, list_record
+from ckptctl.core.watch.logpattern import PatternError, compile_pattern, pattern_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
@@ -70,8 +71,8 @@ from ckptctl.core.watch.logplan import (
     looks_like_metrics,
     plan_for,
 )
-from ckptctl.core.watch.logspread import Spread, opens, spread_feed, spread_flush
 from ckptctl.core.watch.logsplits import VERTICALS, SplitTables
+from ckptctl.core.watch.logspread import Spread, opens, spread_feed, spread_flush
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
 
@@ -97,26 +98,6 @@ FORMATS: tuple[str, ...] = (
     "columns",
     "generic",
 )
-
-class PatternError(ValueError):
-    """The user's ``--pattern`` is not a usable regular expression; the message says why."""
-
-
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    """Compile a user pattern; it must have a named group ``loss`` (``step``, ``rank``, ``epoch`` optional)."""
-    try:
-        compiled = re.compile(pattern)
-    except re.error as e:
-        raise PatternError(f"--pattern is not a valid regular expression: {e}") from e
-    if "loss" not in compiled.groupindex:
-        raise PatternError("--pattern needs a named group 'loss', e.g. (?P<loss>[0-9.eE+-]+|nan)")
-    unknown = set(compiled.groupindex) - {"loss", "step", "rank", "epoch"}
-    if unknown:
-        raise PatternError(
-            f"--pattern has unknown named group(s) {sorted(unknown)}; use loss, step, rank, epoch"
-        )
-    return compiled
-
 
 #: Shapes of weak records (``accept``) held at once.
 _MAX_WEAK_HELD = 16
@@ -152,6 +133,7 @@ class LossLogParser:
         self.spread = Spread()
         self.pairs = EpochBatchPairs()
         self.splits = SplitTables()
+        self.ranges = MinibatchRanges()
         self.head: Record | None = None  # the last record opened without a loss (a heading; logsplits)
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
@@ -272,7 +254,7 @@ class LossLogParser:
 
     def _feed_text(self, text: str, tag_rank: int | None, line_no: int) -> list[LogEvent]:
         if self._pattern is not None:
-            rec = _pattern_record(self._pattern, text)
+            rec = pattern_record(self._pattern, text)
             if rec is None:
                 return []
             rec.line_no, rec.fmt = line_no, PATTERN
@@ -360,6 +342,8 @@ class LossLogParser:
             return []
         if rec.step is None and rec.epoch is None and rec.loss is not None:
             rec.step = leading_step(body)  # "12 | loss 2.31 | lr ...": the step is the head cell
+            if rec.step is None and has_range(body):
+                rec.step = self.ranges.step(body)  # CNTK's "Minibatch[ 501-1000]: loss = ..." (leadstep)
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
@@ -571,22 +555,6 @@ class LossLogParser:
             elif name in ("wall time", "time", "timestamp") and value is not None and value > 1e8:
                 rec.wall = value
         return rec
-
-
-def _pattern_record(compiled: re.Pattern[str], text: str) -> Record | None:
-    m = compiled.search(text)
-    if m is None:
-        return None
-    groups = m.groupdict()
-    loss = parse_float(groups.get("loss") or "")
-    if loss is None:
-        return None
-    step = lt.parse_int(groups["step"]) if groups.get("step") else None
-    if groups.get("step") and step is None:
-        return None
-    rank = lt.parse_int(groups["rank"]) if groups.get("rank") else None
-    epoch = parse_float(groups["epoch"]) if groups.get("epoch") else None
-    return Record(step=step, loss=loss, loss_rank=0, epoch=epoch, rank=rank)
 
 
 def parse_lines(lines: list[str], fmt: str = AUTO, pattern: str | None = None, *, fast: bool = True) -> list[LogEvent]:
