@@ -160,3 +160,18 @@ def test_a_relaunch_of_minibatch_ranges_is_judged() -> None:
     assert ok.verdict == CONTINUOUS
     assert ok.report.first_resumed_step == 6 * 2000 + 400
     assert watch_lines([*before, *start, *_ranges(range(7, 14), f=1.4)]).verdict == SPIKE
+
+
+@BOTH
+def test_epoch_summaries_are_the_records_only_when_no_range_is_printed(fast: bool) -> None:
+    summaries = [f"Finished Epoch[{e:2d} of 15]: [Training] loss = {_curve(e):.6f} * 6000, metric = 12.00% * 6000 21.0s (285.7 samples/s);"
+                 for e in range(1, 7)]
+    pts = _points(summaries, fast)
+    assert [p.step for p in pts] == list(range(1, 7))
+    assert {p.axis for p in pts} == {EPOCH_AXIS}
+    # beside ranges (here the older "Finished Epoch [N]" form) a summary only ends the epoch
+    lines = []
+    for e in range(1, 4):
+        lines += [f" Minibatch[{b - 99:4d}-{b:4d}]: loss = {_curve(e + b / 300):.6f} * 640, metric = 9.10% * 640;" for b in (100, 200, 300)]
+        lines.append(f"Finished Epoch [{e}]: [Training] loss = {_curve(e + 0.5):.6f} * 1920, metric = 9.1% * 1920 6.094s (315.1 samples per second).")
+    assert [p.step for p in _points(lines, fast)] == list(range(100, 901, 100))

@@ -342,8 +342,12 @@ class LossLogParser:
             return []
         if rec.step is None and rec.epoch is None and rec.loss is not None:
             rec.step = leading_step(body)  # "12 | loss 2.31 | lr ...": the step is the head cell
-            if rec.step is None and has_range(body):
-                rec.step = self.ranges.step(body)  # CNTK's "Minibatch[ 501-1000]: loss = ..." (leadstep)
+        if rec.loss is not None and (rec.step is None or rec.axis == EPOCH_AXIS) and has_range(body):
+            # CNTK's "Minibatch[ 501-1000]: loss = ..." and "Finished Epoch[3 of 20]: loss = ..." (leadstep)
+            step, by_epoch = self.ranges.step(body)
+            if step is None and rec.axis == EPOCH_AXIS:
+                return []  # (an epoch's summary beside its ranges)
+            rec.step, rec.axis = (step, EPOCH_AXIS if by_epoch else STEP_AXIS) if step is not None else (rec.step, rec.axis)
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
