@@ -58,7 +58,7 @@ from ckptctl.core.watch.logevents import (
     record_shape,
 )
 from ckptctl.core.watch.logextras import EpochBatchPairs, dict_line_record, list_record
-from ckptctl.core.watch.logpattern import PatternError, compile_pattern, pattern_record
+from ckptctl.core.watch.logpattern import compile_pattern, pattern_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
@@ -81,8 +81,6 @@ __all__ = [
     "FORMATS",
     "PATTERN",
     "LossLogParser",
-    "PatternError",
-    "compile_pattern",
     "parse_lines",
 ]
 
