@@ -11,13 +11,12 @@ import pytest
 
 from ckptctl.core.watch.analyze import analyze
 from ckptctl.core.watch.logevents import LogEvent, LossPoint, ResumeMarker
+from ckptctl.core.watch.logpattern import PatternError, compile_pattern
 from ckptctl.core.watch.logtokens import clean_line
 from ckptctl.core.watch.losslog import (
     AUTO,
     FORMATS,
     LossLogParser,
-    PatternError,
-    compile_pattern,
     parse_lines,
 )
 from ckptctl.core.watch.model import (

@@ -27,7 +27,8 @@ from typing import IO, Any
 
 from ckptctl.adapters import metric_sources
 from ckptctl.adapters.follow import STDIN, LineReader, open_lines
-from ckptctl.core.watch.losslog import AUTO, FORMATS, PatternError
+from ckptctl.core.watch.logpattern import PatternError
+from ckptctl.core.watch.losslog import AUTO, FORMATS
 from ckptctl.core.watch.model import (
     CONTINUOUS,
     INSUFFICIENT,

@@ -30,9 +30,10 @@ import re
 from collections.abc import Iterable
 
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.leadstep import has_range, leading_step
 from ckptctl.core.watch.logcleanmap import clean_map
 from ckptctl.core.watch.logevents import (
+    STEP_AXIS,
     LogEvent,
     failure_line,
     line_shape,
@@ -400,7 +401,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     elif doc is not None:
         rec = dict_record(*doc)
         if rec is not None and rec.step is not None:
-            kind = DICT
+            kind = DICT if rec.axis == STEP_AXIS else GENERAL  # (a JSON line per epoch: logplan)
         elif prefix_dict_record(body, doc[0]) is not None:
             kind = GENERAL  # (the step from a prefix of fields before the dict: ``logextras``)
         else:
@@ -437,7 +438,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
     t = Template(_UNCOMPILED, kind, line_shape(text), failure_line(text), metric_like)
     if kind == RECORD:
         assert tokens is not None
-        if leading_step(body) is not None or not record_recipe(t, tokens, body, numbers, text, p):
+        if leading_step(body) is not None or has_range(body) or not record_recipe(t, tokens, body, numbers, text, p):
             t.kind = GENERAL  # (a step printed bare at the head: the general reader's rule, ``leadstep``)
     elif kind == DICT:
         assert doc is not None

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
-from ckptctl.core.watch.logevents import STEP_AXIS
+from ckptctl.core.watch.logevents import EPOCH_AXIS, STEP_AXIS
 
 #: The meaning of each field of a line (``None``: none), in the line's order.
 Meanings = tuple[tuple[str, int] | None, ...]
@@ -277,13 +277,20 @@ def dict_record(doc: dict[str, Any], style: str) -> Record | None:
         return None  # HF's end-of-training summary: the whole-run average as train_loss
     fields = lt.dict_fields(doc)
     plan = dict_plan_for(tuple(f.key for f in fields))
-    if plan.saw_eval:
+    epoch_summary = style == "jsonl" and not plan.steps and plan.epoch >= 0 and plan.loss_rank <= 1
+    if plan.saw_eval and not epoch_summary:
         return None
     r = apply(plan, [f.value for f in fields], [None] * len(fields))
     if r.loss is None:
         return None
     if style == "jsonl" and r.step is None:
-        return None  # a JSON line needs its step
+        # a JSON line needs its step, or (one line per epoch: DeiT/MAE/ConvNeXt's log.txt
+        # {"train_lr": .., "train_loss": .., "test_loss": .., "epoch": 3}) a whole epoch and a
+        # named training loss; the test stats it carries along are no evaluation record
+        if not epoch_summary or r.epoch is None or not lt.is_count(r.epoch):
+            return None
+        return Record(step=int(r.epoch), loss=r.loss, loss_rank=r.loss_rank, epoch=r.epoch, rank=r.rank,
+                      metrics=r.metrics, wall=r.wall, fmt=style, axis=EPOCH_AXIS)  # fmt: skip
     if style == "hf" and r.step is None and not ({"epoch", "learning_rate", "grad_norm"} & set(doc)):
         return None
     return Record(step=r.step, loss=r.loss, loss_rank=r.loss_rank, epoch=r.epoch, rank=r.rank, metrics=r.metrics, wall=r.wall, fmt=style)

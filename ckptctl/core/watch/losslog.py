@@ -1,44 +1,36 @@
 """Training-log lines -> loss points (with their step and metrics) and checkpoint markers.
 
-Pure: a ``LossLogParser`` is fed one line at a time and returns what it found; it
-reads nothing and keeps only small state (a CSV or column header, the current
-epoch of a progress bar, a multi-line record being assembled, the format auto
-detection locked onto). Stdlib only.
+Pure: a ``LossLogParser`` is fed one line at a time and returns what it found; it reads
+nothing and keeps only small state (a CSV or column header, the current epoch of a progress
+bar, a multi-line record being assembled, the format auto detection locked onto). Stdlib only.
 
 How a line is read (one mechanism for every logger; ``ckptctl.core.watch.logtokens``):
 
-1. Split on carriage returns (tqdm redraws); strip ANSI colours and torchrun's
-   ``[default0]:`` / ``[rank0]:`` tags (the tag's number is the rank unless the
-   payload names one); read a leading timestamp.
-2. A restore line (``loaded/restored/resumed ... checkpoint``, ``Continuing training
-   from ...``) or a save line (``Saving checkpoint ...``) is a *marker* with the step
-   it names, never a sample, whatever numbers it carries.
-3. Otherwise the line's fields (``key=value``, ``key: value``, ``key value``, dicts,
-   a CSV row under its header, a row of columns under a header line) are classified
-   by their words: a step (``step``, ``iter``, ``iteration``, ``global_step``,
-   ``num_updates``; else a progress bar's ``N/T`` inside an ``Epoch E``), a training
-   loss (``loss`` first, then ``total_loss``/``train_loss``/``lm loss``, then any
-   other ``*loss``; never eval/val/aux/scale), and metrics: learning rate, tokens or
-   samples seen, throughput, time per step, loss scale, grad norm. Lines naming an
-   evaluation are skipped.
-4. A line with a step and no loss opens a record; the lines after it (no step of
-   their own: indented or bulleted, or short ``key: value`` lines) add their loss and
-   metrics (Coqui's ``--> STEP`` + ``| > loss:``, DeepSpeed's ``step=N, lr=`` + ``steps:
-   N loss:``, ``== step 1200 ==`` + ``loss: 2.31``). A record is emitted when the next
-   step, marker or evaluation arrives, or at ``flush()``.
-5. The position of a record is its step; without one, a progress bar's (or a bracketed)
-   ``N/T`` inside an epoch (``epoch x T + N``, axis ``epoch-batch``), or the epoch itself
-   (``Epoch 12/90 | ... | train loss 2.31``, axis ``epoch``).
-6. Tables (a header line, then rows; Markdown tables too) and logs pasted into Markdown
-   code fences (the prose around them is no data) are read as such (``logtables``).
+1. Split on carriage returns (tqdm redraws); strip ANSI colours and torchrun's ``[rank0]:``
+   tags (the rank unless the payload names one); read a leading timestamp.
+2. A restore line (``loaded/restored/resumed ... checkpoint``, ``Continuing training from ...``) or
+   a save line (``Saving checkpoint ...``) is a *marker* with the step it names, never a sample,
+   whatever numbers it carries.
+3. Otherwise the line's fields (``key=value``, ``key: value``, ``key value``, dicts, a CSV row
+   under its header, a row of columns under a header line) are classified by their words: a step
+   (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``; else a progress bar's
+   ``N/T`` inside an ``Epoch E``), a training loss (``loss`` first, then
+   ``total_loss``/``train_loss``/``lm loss``, then any other ``*loss``; never eval/val/aux/scale),
+   and metrics: learning rate, tokens or samples seen, throughput, time per step, loss scale, grad
+   norm. Lines naming an evaluation are skipped.
+4. A line with a step and no loss opens a record; the lines after it (no step of their own:
+   indented or bulleted, or short ``key: value`` lines) add their loss and metrics (Coqui's
+   ``--> STEP`` + ``| > loss:``, DeepSpeed's ``step=N, lr=`` + ``steps: N loss:``). A record is
+   emitted when the next step, marker or evaluation arrives, or at ``flush()``.
+5. The position of a record is its step; without one, a progress bar's (or a bracketed) ``N/T``
+   inside an epoch (``epoch x T + N``, axis ``epoch-batch``), or the epoch itself (axis ``epoch``).
+6. Tables (a header line, then rows; Markdown tables too; ``logtables``), box-drawn tables of
+   splits (``logsplits``) and logs pasted into Markdown code fences (the prose around is no data).
 
-Lines of a shape seen before are read by a compiled template of that shape
-(``ckptctl.core.watch.logfast``), which gives what this reader gives.
-
-``format`` names the logger a line looks like (``FORMATS``, detection data in
-``DIALECTS``); ``auto`` locks onto the first one that gave a point so one stray
-line of another shape cannot mix in. ``--pattern REGEX`` (named groups ``loss``,
-``step``, ``rank``, ``epoch``) reads anything else.
+Lines of a shape seen before are read by a compiled template of that shape (``logfast``).
+``format`` names the logger a line looks like (``FORMATS``, ``DIALECTS``); ``auto`` locks onto
+the first one that gave a point. ``--pattern REGEX`` (groups ``loss``, ``step``, ``rank``,
+``epoch``) reads anything else.
 """
 
 from __future__ import annotations
@@ -51,7 +43,7 @@ from types import CodeType
 from ckptctl.core.watch import logkeys as lk
 from ckptctl.core.watch import logtokens as lt
 from ckptctl.core.watch.epochhead import is_epoch_heading
-from ckptctl.core.watch.leadstep import leading_step
+from ckptctl.core.watch.leadstep import MinibatchRanges, has_range, leading_step
 from ckptctl.core.watch.logblocks import KeyValueBlocks
 from ckptctl.core.watch.logcsv import CsvHeader, csv_header, csv_row
 from ckptctl.core.watch.logevents import (
@@ -66,6 +58,7 @@ from ckptctl.core.watch.logevents import (
     record_shape,
 )
 from ckptctl.core.watch.logextras import EpochBatchPairs, dict_line_record, list_record
+from ckptctl.core.watch.logpattern import compile_pattern, pattern_record
 from ckptctl.core.watch.logplan import (
     DIALECTS,
     MAYBE_CSV_HEADER_RE,
@@ -78,6 +71,7 @@ from ckptctl.core.watch.logplan import (
     looks_like_metrics,
     plan_for,
 )
+from ckptctl.core.watch.logsplits import VERTICALS, SplitTables
 from ckptctl.core.watch.logspread import Spread, opens, spread_feed, spread_flush
 from ckptctl.core.watch.logtables import is_fence, is_markdown_row, table_header, table_row
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line, parse_float
@@ -87,8 +81,6 @@ __all__ = [
     "FORMATS",
     "PATTERN",
     "LossLogParser",
-    "PatternError",
-    "compile_pattern",
     "parse_lines",
 ]
 
@@ -104,26 +96,6 @@ FORMATS: tuple[str, ...] = (
     "columns",
     "generic",
 )
-
-class PatternError(ValueError):
-    """The user's ``--pattern`` is not a usable regular expression; the message says why."""
-
-
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    """Compile a user pattern; it must have a named group ``loss`` (``step``, ``rank``, ``epoch`` optional)."""
-    try:
-        compiled = re.compile(pattern)
-    except re.error as e:
-        raise PatternError(f"--pattern is not a valid regular expression: {e}") from e
-    if "loss" not in compiled.groupindex:
-        raise PatternError("--pattern needs a named group 'loss', e.g. (?P<loss>[0-9.eE+-]+|nan)")
-    unknown = set(compiled.groupindex) - {"loss", "step", "rank", "epoch"}
-    if unknown:
-        raise PatternError(
-            f"--pattern has unknown named group(s) {sorted(unknown)}; use loss, step, rank, epoch"
-        )
-    return compiled
-
 
 #: Shapes of weak records (``accept``) held at once.
 _MAX_WEAK_HELD = 16
@@ -158,6 +130,9 @@ class LossLogParser:
         self.blocks = KeyValueBlocks()
         self.spread = Spread()
         self.pairs = EpochBatchPairs()
+        self.splits = SplitTables()
+        self.ranges = MinibatchRanges()
+        self.head: Record | None = None  # the last record opened without a loss (a heading; logsplits)
         self.columns: tuple[str, ...] | None = None
         self._columns_md = False
         self.markdown = False
@@ -277,7 +252,7 @@ class LossLogParser:
 
     def _feed_text(self, text: str, tag_rank: int | None, line_no: int) -> list[LogEvent]:
         if self._pattern is not None:
-            rec = _pattern_record(self._pattern, text)
+            rec = pattern_record(self._pattern, text)
             if rec is None:
                 return []
             rec.line_no, rec.fmt = line_no, PATTERN
@@ -287,6 +262,11 @@ class LossLogParser:
         if is_fence(text):
             self.markdown, self._in_fence, self.plain = True, not self._in_fence, False
             return []
+        if text[:1] in VERTICALS:  # a box-drawn table of splits (logsplits)
+            belongs, split = self.splits.row(text, self.head, line_no)
+            if belongs:
+                self.plain = False
+                return [] if split is None else self.accept(split, tag_rank)
         prose = self.markdown and not self._in_fence and not is_markdown_row(text)
         if self.columns is None and (self.blocks.rows or text.lstrip()[:1] in ("|", "-", "/")):
             took, done = self.blocks.feed(text)  # a key-value block (Stable-Baselines3's logger)
@@ -360,6 +340,12 @@ class LossLogParser:
             return []
         if rec.step is None and rec.epoch is None and rec.loss is not None:
             rec.step = leading_step(body)  # "12 | loss 2.31 | lr ...": the step is the head cell
+        if rec.loss is not None and (rec.step is None or rec.axis == EPOCH_AXIS) and has_range(body):
+            # CNTK's "Minibatch[ 501-1000]: loss = ..." and "Finished Epoch[3 of 20]: loss = ..." (leadstep)
+            step, by_epoch = self.ranges.step(body)
+            if step is None and rec.axis == EPOCH_AXIS:
+                return []  # (an epoch's summary beside its ranges)
+            rec.step, rec.axis = (step, EPOCH_AXIS if by_epoch else STEP_AXIS) if step is not None else (rec.step, rec.axis)
         rec.line_no, rec.wall = line_no, rec.wall if rec.wall is not None else wall
         rec.shape = record_shape(text)[:SHAPE_CHARS]
         rec.weak = tokens.is_eval  # (an evaluation's words, and a loss named the training one)
@@ -459,7 +445,7 @@ class LossLogParser:
             else:
                 out.extend(self.emit_pending())
             if rec.loss is None:
-                self.pending = rec
+                self.pending = self.head = rec
                 return out
         elif rec.fmt not in ("hf", "jsonl", PATTERN):
             pending = self.pending
@@ -571,22 +557,6 @@ class LossLogParser:
             elif name in ("wall time", "time", "timestamp") and value is not None and value > 1e8:
                 rec.wall = value
         return rec
-
-
-def _pattern_record(compiled: re.Pattern[str], text: str) -> Record | None:
-    m = compiled.search(text)
-    if m is None:
-        return None
-    groups = m.groupdict()
-    loss = parse_float(groups.get("loss") or "")
-    if loss is None:
-        return None
-    step = lt.parse_int(groups["step"]) if groups.get("step") else None
-    if groups.get("step") and step is None:
-        return None
-    rank = lt.parse_int(groups["rank"]) if groups.get("rank") else None
-    epoch = parse_float(groups["epoch"]) if groups.get("epoch") else None
-    return Record(step=step, loss=loss, loss_rank=0, epoch=epoch, rank=rank)
 
 
 def parse_lines(lines: list[str], fmt: str = AUTO, pattern: str | None = None, *, fast: bool = True) -> list[LogEvent]:
