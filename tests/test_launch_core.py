@@ -510,3 +510,41 @@ def test_recover_hosts_command_is_an_argv() -> None:
         config_from_dict({"recover": {"hosts_command": "sinfo -h -N"}})
     with pytest.raises(ConfigError, match=r"recover.hosts_command"):
         config_from_dict({"recover": {"hosts_command": {"a": 1}}})
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "ports", "warned"),
+    [
+        ("head:40001", (32768, 60999), True),
+        ("head:29400", (32768, 60999), False),
+        ("[fd00::1]:32768", (32768, 60999), True),
+        ("[fd00::1]:61000", (32768, 60999), False),
+        ("head:40001", None, False),
+        ("head", (32768, 60999), False),
+        (None, (1024, 65535), False),
+    ],
+)
+def test_a_rendezvous_port_in_the_ephemeral_range_is_warned(
+    endpoint: str | None, ports: tuple[int, int] | None, warned: bool
+) -> None:
+    """srun's own automatic bind took such a port before torchrun bound it; torchrun joined
+    srun's socket as its store and waited for good (the suite hung on it)."""
+    config = CkptctlConfig(launch=_launch(rdzv_endpoint=endpoint))
+    plan = plan_launch(config, resume_from=None, ephemeral_ports=ports)
+    hits = [w for w in plan.warnings if "ephemeral port range" in w]
+    assert bool(hits) == warned, plan.warnings
+    if warned:
+        assert f"below {ports[0]}" in hits[0] and "29400" in hits[0]  # type: ignore[index]
+        assert plan.to_json()["warnings"] == list(plan.warnings)
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_file(tmp_path: Any) -> None:
+    from ckptctl.adapters.netports import ephemeral_port_range
+
+    f = tmp_path / "range"
+    f.write_text("32768\t60999\n")
+    assert ephemeral_port_range(str(f)) == (32768, 60999)
+    for bad in ("", "x y", "70000 80000", "500 100"):
+        f.write_text(bad)
+        assert ephemeral_port_range(str(f)) is None, bad
+    assert ephemeral_port_range(str(tmp_path / "absent")) is None

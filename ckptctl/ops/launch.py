@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from ckptctl.adapters import config_file
 from ckptctl.adapters.launch_result import LaunchResult, create_log_file
 from ckptctl.adapters.launcher import LineFn, OutputFn, Supervisor
+from ckptctl.adapters.netports import ephemeral_port_range
 from ckptctl.backends import registry
 from ckptctl.backends.base import JobPreview
 from ckptctl.core.config.overrides import ConfigOverrides
@@ -93,9 +94,10 @@ def prepare_launch(
     nnodes: str | None = None,
     exclude_hosts: Sequence[str] = (),
 ) -> LaunchPlan:
-    """The launch as a value (pure). ``resume_from``: a path (resolve ``auto`` first);
+    """The launch as a value (reads only this node's ephemeral port range). ``resume_from``: a path (resolve ``auto`` first);
     ``nnodes``: a ``CapacityDecision.nnodes``; ``exclude_hosts``: drained hosts."""
-    return plan_launch(config, resume_from=resume_from, nnodes=nnodes, exclude_hosts=exclude_hosts)
+    return plan_launch(config, resume_from=resume_from, nnodes=nnodes, exclude_hosts=exclude_hosts,
+                       ephemeral_ports=ephemeral_port_range())
 
 
 def run_launch(

@@ -260,6 +260,37 @@ def test_a_hang_after_the_first_resumed_steps_local(tmp_path: Path, crashed: Cra
         kill_leftovers(s.root)
 
 
+def test_a_hang_before_the_first_resumed_step_local(tmp_path: Path, crashed: CrashedRun) -> None:  # noqa: F811
+    """The relaunch loads step_12 and hangs before it logs a single step: rank 1 blocks before
+    step 13, rank 0 waits for it in DDP's all-reduce. No progress timeout can fire (there is no
+    last step to count from): the start deadline (recover.start_timeout_s) does, with the same
+    evidence as a hang after the first steps, and the job is stopped."""
+    s = crashed_scene(tmp_path, crashed, "--hang-at-step", "13", "--hang-rank", "1", "--log-all-ranks")
+    cfg = yaml.safe_load(s.config.read_text())
+    cfg["recover"]["start_timeout_s"] = 20
+    cfg["recover"]["progress_timeout_s"] = 12
+    s.config.write_text(yaml.safe_dump(cfg))
+    try:
+        t0 = time.monotonic()
+        proc = run_recover("--config", str(s.config), "--logs", "kern.log", "--logs", "train.log", "--json",
+                           "--max-attempts", "1", cwd=s.dir, timeout=END_S)
+        assert proc.returncode == 3, proc.stderr[-4000:]
+        doc = json.loads(proc.stdout)
+        (att,) = doc["attempts"]
+        assert att["cause"] == "hang", att
+        hang = att["hang"]
+        assert (hang["kind"], hang["limit_s"], hang["basis"], hang["last_step"]) == ("start", 20, "start deadline", None)
+        dumps = {d["rank"]: d for d in hang["stack_dumps"]}
+        assert set(dumps) == {0, 1} and all(d["signalled"] for d in dumps.values()), hang["stack_dumps"]
+        assert any("hang_forever" in line for line in dumps[1]["stack"]), dumps[1]["stack"][:30]
+        assert "[hang] hang: no training step logged" in proc.stderr, proc.stderr[-3000:]
+        check_after(s.root, outcome="stopped", job_phase="ended", actions=["launch", "recover"])
+        assert not any(alive(p) for p in job_pids(s.root)), "a rank outlived the stop"
+        assert time.monotonic() - t0 < END_S
+    finally:
+        kill_leftovers(s.root)
+
+
 def test_a_hang_falls_back_and_the_next_attempt_recovers_local(tmp_path: Path, golden: dict[int, Path]) -> None:
     """The relaunch saves step_33, logs step 34 and goes silent: a hang (--progress-timeout 6).
     The fallback policy resumes from the newest complete checkpoint (step_33): that attempt trains

@@ -302,6 +302,15 @@ def _endpoint_host(endpoint: str) -> str:
     return endpoint.split(":", 1)[0]
 
 
+def _endpoint_port(endpoint: str | None) -> int | None:
+    """The port of ``HOST:PORT`` / ``[V6]:PORT``; ``None`` without one."""
+    if endpoint is None:
+        return None
+    tail = endpoint[endpoint.find("]") + 1 :] if endpoint.startswith("[") else endpoint
+    _, sep, port = tail.rpartition(":")
+    return int(port) if sep and port.isdigit() else None
+
+
 #: How a drained host stays out of the job when torchrun itself has no exclude list, for each
 #: ``recover.drain.kind`` that keeps it out (``none`` does not).
 DRAIN_KEEPS_OFF: dict[str, str] = {
@@ -316,8 +325,11 @@ def plan_launch(
     resume_from: str | None,
     nnodes: str | None = None,
     exclude_hosts: Sequence[str] = (),
+    ephemeral_ports: tuple[int, int] | None = None,
 ) -> LaunchPlan:
-    """The launch as a value. ``resume_from`` is a resolved path (``auto`` is resolved by ops)."""
+    """The launch as a value. ``resume_from`` is a resolved path (``auto`` is resolved by ops);
+    ``ephemeral_ports``: this node's ephemeral port range, read by the caller (a rendezvous
+    port inside it gets a warning: ``adapters.netports``)."""
     launch = config.launch
     excluded = _dedup(launch.exclude_hosts, exclude_hosts)
     argv = build_torchrun_argv(launch, resume_from=resume_from, nnodes=nnodes, exclude_hosts=exclude_hosts)
@@ -344,6 +356,14 @@ def plan_launch(
                 f"the rendezvous endpoint {launch.rdzv_endpoint} is on an excluded host: "
                 "point launch.rdzv_endpoint at a healthy node"
             )
+    port = _endpoint_port(launch.rdzv_endpoint)
+    if port is not None and ephemeral_ports is not None and ephemeral_ports[0] <= port <= ephemeral_ports[1]:
+        low, high = ephemeral_ports
+        warnings.append(
+            f"the rendezvous port {port} is in this node's ephemeral port range ({low}-{high}): an "
+            "automatic bind or outgoing connection can take it before torchrun binds it, and torchrun "
+            f"then waits on that socket for good; pick a port below {low} (torchrun's default is 29400)"
+        )
     if resume_from is None:
         notes.append("no checkpoint to resume from: the job starts from scratch")
     env = {**DEFAULT_JOB_ENV, **launch.env}
