@@ -30,7 +30,7 @@ CASES = [
      "routine: Received 8 but expected 16", "mpi-usage-error-class", "job", "medium"),
     # MPICH's OFI completion error: a symptom, never a storage failure
     ("MPIDI_OFI_handle_cq_error(1062)......: OFI poll failed (ofi_events.c:1064:MPIDI_OFI_handle_cq_error:"
-     "Input/output error - CANCELED)", "mpich-ofi-cq-error", "unknown", "low"),
+     "Input/output error - CANCELED)", "cxi-rc-peer-gone", "unknown", "low"),
     # the kernel's EFA driver
     ("[1201.55] infiniband efa_0: Failed to process command CREATE_QP (opcode 1) comp_status 7 err -22",
      "efa-admin-command-failed", "infra", "medium"),
