@@ -36,6 +36,7 @@ from tests.drills.drill import (
 from tests.test_recover import (  # noqa: F401 - `crashed` is a module-scoped fixture used below
     CKPTCTL,
     CrashedRun,
+    Scene,
     _env,
     attempt_log,
     audit_records,
@@ -225,19 +226,31 @@ def test_a_second_recover_while_the_first_still_watches_local(tmp_path: Path, go
 # -- a job that hangs ----------------------------------------------------------------------------
 
 
+def _hang_scene(tmp_path: Path, crashed: CrashedRun, hang_at: int, **recover: float) -> Scene:  # noqa: F811
+    """The crashed run resumed by examples/train.py whose rank 1 blocks for good before step
+    ``hang_at`` (rank 0 then waits in DDP's all-reduce), with ``recover`` settings in the config."""
+    s = crashed_scene(tmp_path, crashed, "--hang-at-step", str(hang_at), "--hang-rank", "1", "--log-all-ranks")
+    cfg = yaml.safe_load(s.config.read_text())
+    cfg["recover"].update(recover)
+    s.config.write_text(yaml.safe_dump(cfg))
+    return s
+
+
+def _recover_once(s: Scene) -> subprocess.CompletedProcess[str]:
+    """One attempt of ``ckptctl recover --json`` on the scene, with its logs."""
+    return run_recover("--config", str(s.config), "--logs", "kern.log", "--logs", "train.log", "--json",
+                       "--max-attempts", "1", cwd=s.dir, timeout=END_S)
+
+
 def test_a_hang_after_the_first_resumed_steps_local(tmp_path: Path, crashed: CrashedRun) -> None:  # noqa: F811
     """examples/train.py resumed from step_12: rank 1 blocks before step 15, rank 0 waits for it
     in DDP's all-reduce (a real collective hang). No step for recover.progress_timeout_s: the
     evidence is taken while it hangs (each rank's Python stack, through SIGUSR2), the job is
     stopped, the attempt is a hang; no attempts left, so the recovery stops."""
-    s = crashed_scene(tmp_path, crashed, "--hang-at-step", "15", "--hang-rank", "1", "--log-all-ranks")
-    cfg = yaml.safe_load(s.config.read_text())
-    cfg["recover"]["progress_timeout_s"] = 12
-    s.config.write_text(yaml.safe_dump(cfg))
+    s = _hang_scene(tmp_path, crashed, 15, progress_timeout_s=12)
     try:
         t0 = time.monotonic()
-        proc = run_recover("--config", str(s.config), "--logs", "kern.log", "--logs", "train.log", "--json",
-                           "--max-attempts", "1", cwd=s.dir, timeout=END_S)
+        proc = _recover_once(s)
         assert proc.returncode == 3, proc.stderr[-4000:]
         doc = json.loads(proc.stdout)
         assert "hung (no progress) and no attempts are left (1)" in doc["reason"]
@@ -265,15 +278,10 @@ def test_a_hang_before_the_first_resumed_step_local(tmp_path: Path, crashed: Cra
     step 13, rank 0 waits for it in DDP's all-reduce. No progress timeout can fire (there is no
     last step to count from): the start deadline (recover.start_timeout_s) does, with the same
     evidence as a hang after the first steps, and the job is stopped."""
-    s = crashed_scene(tmp_path, crashed, "--hang-at-step", "13", "--hang-rank", "1", "--log-all-ranks")
-    cfg = yaml.safe_load(s.config.read_text())
-    cfg["recover"]["start_timeout_s"] = 20
-    cfg["recover"]["progress_timeout_s"] = 12
-    s.config.write_text(yaml.safe_dump(cfg))
+    s = _hang_scene(tmp_path, crashed, 13, start_timeout_s=20, progress_timeout_s=12)
     try:
         t0 = time.monotonic()
-        proc = run_recover("--config", str(s.config), "--logs", "kern.log", "--logs", "train.log", "--json",
-                           "--max-attempts", "1", cwd=s.dir, timeout=END_S)
+        proc = _recover_once(s)
         assert proc.returncode == 3, proc.stderr[-4000:]
         doc = json.loads(proc.stdout)
         (att,) = doc["attempts"]
