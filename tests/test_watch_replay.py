@@ -349,3 +349,53 @@ def test_the_allowance_is_a_config_key_recover_reads() -> None:
     assert make_config(**config.recover.watch).data_may_restart is True
     with pytest.raises(ConfigError, match="data_may_restart"):
         parse_config_yaml("recover:\n  watch:\n    data_may_restart: maybe\n")
+
+
+def _as_dialect(lines: list[str], dialect: str) -> list[str]:
+    """``log()``'s lines in another logger's words (the restore line too)."""
+    out = []
+    for line in lines:
+        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        if "resumed" in line:
+            out.append({
+                "nanogpt": "Resuming training from out",
+                "detectron2": "[09/05 15:01:16 d2.engine.train_loop]: Starting training from iteration "
+                              f"{int(fields['step']) + 1}",
+                "generic": f"Resumed from checkpoint at step {fields['step']}",
+            }[dialect])  # fmt: skip
+            continue
+        step, loss = int(fields["step"]), float(fields["loss"])
+        out.append({
+            "nanogpt": f"iter {step}: loss {loss:.6f}, time 412.31ms, mfu 38.12%",
+            "detectron2": f"[09/05 14:00:08 d2.utils.events]:  eta: 0 day, 9:40:42  iter: {step}  total_loss: "
+                          f"{loss:.6f}  loss_cls: 0.2469    time: 0.4141  last_time: 0.3764   lr: 0.02  max_mem: 11532M",
+            "generic": f"step {step} | loss {loss:.6f} | lr 3.0e-04",
+        }[dialect])  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("dialect", ["nanogpt", "detectron2"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_logger_whose_stock_loader_restarts_gets_a_note_by_default(dialect: str, seed: int) -> None:
+    """detectron2's and nanoGPT's own loaders never continue across a resume (``loaderdesign``):
+    other batches at the re-run steps are a note naming why, unless ``data_must_continue``."""
+    from ckptctl.core.watch.loaderdesign import RESTARTS_BY_DESIGN
+    from ckptctl.core.watch.model import DATA_RESTARTED, verdict_class
+
+    lines = _as_dialect(log(rerun="other", seed=seed), dialect)
+    r = judge(lines)
+    assert r.checks["replay"]["status"] == "unrelated", r.explanation
+    assert r.checks["replay"]["restart_by_design"] == RESTARTS_BY_DESIGN[dialect]
+    assert verdict_class(r.verdict) != "bad" and DATA_RESTARTED in r.note_codes, r.explanation
+    strict = judge(lines, data_must_continue=True)
+    assert strict.verdict == DATA_STREAM_RESET and strict.checks["replay"]["restart_by_design"] is None
+    # a spike on top is still judged
+    assert verdict_class(judge(_as_dialect(log(rerun="other", seed=seed, shift=1.0), dialect)).verdict) == "bad"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_other_loggers_with_other_batches_are_still_a_reset(seed: int) -> None:
+    """The same log in a logger not listed: the reset is a finding."""
+    r = judge(_as_dialect(log(rerun="other", seed=seed), "generic"))
+    assert r.verdict == DATA_STREAM_RESET, r.explanation
+    assert r.checks["replay"]["restart_by_design"] is None

@@ -167,6 +167,15 @@ DataMayRestartOpt = Annotated[
     ),
 ]
 
+DataMustContinueOpt = Annotated[
+    bool,
+    typer.Option(
+        "--data-must-continue",
+        help="Judge a data loader that starts over as data-stream-reset even for the loggers whose stock "
+        "loader does so by design (detectron2, nanoGPT: a note otherwise).",
+    ),
+]
+
 # WatchConfig's defaults, spelled out so that building the CLI does not import the
 # watch core; tests/test_watch_cli.py checks they agree.
 _DEFAULTS = SimpleNamespace(
@@ -194,6 +203,7 @@ def watch(
     persistence: PersistenceOpt = _DEFAULTS.persistence,
     expect_identical: ExpectIdenticalOpt = False,
     data_may_restart: DataMayRestartOpt = False,
+    data_must_continue: DataMustContinueOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Check that the loss continues across a resume: no spike, NaN, replayed or skipped steps,
@@ -226,6 +236,7 @@ def watch(
         local_points=min(_DEFAULTS.local_points, window),
         expect_identical=expect_identical,
         data_may_restart=data_may_restart,
+        data_must_continue=data_must_continue,
     )
     if follow and not json_output:
         out.info(

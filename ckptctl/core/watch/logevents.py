@@ -63,9 +63,10 @@ _DATA_LOAD_RE = re.compile(
 )
 _STRONG_CKPT_RE = re.compile(r"checkpoint|ckpt|\bmodel\b|\bweights\b|optimi[sz]er|\bstates?\b|state_dict", re.IGNORECASE)
 #: The number a restore line names is the first step (or epoch) of the resumed run, not the
-#: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000".
+#: checkpoint's: "continuing at epoch 18", "next step 5001", "starting at iteration 3000", detectron2's
+#: "Starting training from iteration 5000" (its ``start_iter``, the checkpoint's iteration + 1).
 _NAMES_NEXT_RE = re.compile(
-    r"\b(?:next|(?:continu\w*|start\w*|resum\w*)\s+(?:training\s+)?(?:at|with))\s+(?:the\s+)?(?:global\s+)?"
+    r"\b(?:next|(?:continu\w*|start\w*|resum\w*)\s+(?:training\s+)?(?:at|with)|start\w*\s+(?:training\s+)?from)\s+(?:the\s+)?(?:global\s+)?"
     r"(?P<unit>step|epoch|iteration|iter|update)\b(?:[ \t]{0,4}[:#=]?[ \t]{0,4}(?P<n>\d{1,9})(?![\d.]))?",
     re.IGNORECASE,
 )

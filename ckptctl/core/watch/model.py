@@ -146,6 +146,10 @@ class WatchConfig:
     resume): ``data-stream-reset`` and ``data-position-mismatch`` become the note
     ``data-restarted-by-design`` (``--data-may-restart``; ``watch.data_may_restart``). Without
     it, every mid-epoch resume of such a run is bad and ``recover`` would fall back in vain."""
+    data_must_continue: bool = False
+    """Judge a data loader that starts over as a fault even for the loggers whose stock loader
+    does so by design (``loaderdesign.RESTARTS_BY_DESIGN``: detectron2, nanoGPT), which get the
+    note ``data-restarted-by-design`` otherwise (``--data-must-continue``)."""
     identical_rel_tol: float = 1e-6
     """Relative difference under which two logged losses count as identical (print rounding)."""
     min_judged_points: int = 3
@@ -231,6 +235,7 @@ class WatchConfig:
             "min_rerun_points": self.min_rerun_points,
             "expect_identical": self.expect_identical,
             "data_may_restart": self.data_may_restart,
+            "data_must_continue": self.data_must_continue,
             "min_judged_points": self.min_judged_points,
             "medium_judged_points": self.medium_judged_points,
             "self_baseline_rel_shift": self.self_baseline_rel_shift,

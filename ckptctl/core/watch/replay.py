@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptctl.core.watch.context import CheckContext, CheckResult
+from ckptctl.core.watch.loaderdesign import expected_restart
 from ckptctl.core.watch.model import (
     DATA_RESTARTED,
     DATA_STREAM_RESET,
@@ -148,6 +149,7 @@ def check_replay(ctx: CheckContext) -> CheckResult:
         "reference_first_step": ref.first_step,
         "reference_last_step": ref.last_step,
         "excluded_steps": len(excluded),
+        "restart_by_design": expected_restart(ctx),
     }
     if n < cfg.min_replay_points:
         if complete:
@@ -233,8 +235,9 @@ def check_replay(ctx: CheckContext) -> CheckResult:
             f"gives at least {below:.2f} on {n} steps): other batches - the data loader's position "
             "was not restored"
         )
-        if cfg.data_may_restart:
-            res.notes.append((DATA_RESTARTED, message + " (expected: the run's loader starts over by design)"))
+        why = stats["restart_by_design"]
+        if why is not None:
+            res.notes.append((DATA_RESTARTED, message + f" (expected: {why})"))
         else:
             res.findings.append(
                 Finding(verdict=DATA_STREAM_RESET, message=message, step=first.step, line_no=first.line_no)
