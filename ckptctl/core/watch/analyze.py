@@ -122,6 +122,7 @@ from ckptctl.core.watch.model import (
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
 from ckptctl.core.watch.relcounter import relative_offset, relative_pending
+from ckptctl.core.watch.reprint import split_reprinted_history
 from ckptctl.core.watch.resume import (
     assign_steps,
     checkpoint_holds_step,
@@ -174,8 +175,8 @@ def _read(log_events: Sequence[LogEvent], baseline_events: Sequence[LogEvent] | 
     points = [it.point for it in items if it.point is not None]
     interval, gap_tol = log_interval_and_gap(points, cfg.gap_tolerance_intervals)
     sec_per_step = wall_time_per_step(points, gap_tol)
-    segments = segment(items, gap_tol, sec_per_step)
-    notes: list[str] = []
+    segments, reprinted = split_reprinted_history(segment(items, gap_tol, sec_per_step))
+    notes: list[str] = [reprinted] if reprinted else []
     note_codes: list[str] = []
     for a, b in lost_line_gaps(items, gap_tol, sec_per_step):
         note_codes.append(LOST_LOG_LINES)

@@ -38,7 +38,9 @@ _RESTORE_RE = re.compile(
 _SAVE_RE = re.compile(_NOT_OPTION + r"\b(?:sav(?:e|ed|ing)|writ\w+ checkpoint)\b|\bCHECKPOINT\s*:", re.IGNORECASE)
 _CKPT_NOUN_RE = re.compile(
     r"checkpoint|ckpt|\bstates?\b|\bmodel\b|\btrainer\b|\btraining\b|\bweights\b|\.pth?\b|\bfrom step\b"
-    r"|\b(?:from|at)\s+(?:the\s+)?(?:end\s+of\s+)?(?:epoch|step|iteration|iter|update|global\s+step)\b",
+    r"|\b(?:from|at)\s+(?:the\s+)?(?:end\s+of\s+)?(?:epoch|step|iteration|iter|update|global\s+step)\b"
+    # a bare number after "resume(s|d) from" (a run's notes: "Resumes from 400:"): the position resumed from
+    r"|\bresum(?:e|es|ed|ing)\s+from\s+\d{1,15}(?:\s*[:.;,]|\s*$)",
     re.IGNORECASE,
 )
 #: (``step`` and ``iter`` may be glued to their number as a path's word: Marian's ``model.iter10000.npz``,
@@ -223,7 +225,15 @@ def marker_step(body: str, fields: tuple[lt.Field, ...]) -> int | None:
     if best is not None:
         return best[1]
     m = _PATH_STEP_RE.search(body)
-    return int(m.group(1) or m.group(2)) if m else None
+    if m is not None:
+        return int(m.group(1) or m.group(2))
+    bare = _BARE_RESUME_RE.search(body)
+    return int(bare.group(1)) if bare else None
+
+
+#: A restore line naming its position by a bare number that ends the clause ("Resumes from 400:",
+#: "Resumed from 1200."): the step resumed from (a number with a noun after it is something else).
+_BARE_RESUME_RE = re.compile(r"\bresum(?:e|es|ed|ing)\s+from\s+(\d{1,15})(?:\s*[:.;,]|\s*$)", re.IGNORECASE)
 
 
 def marker_epoch(body: str, fields: tuple[lt.Field, ...]) -> int | None:

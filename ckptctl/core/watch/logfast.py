@@ -417,7 +417,7 @@ def build(part: str, text: str, p: Parser) -> Template | None:
         elif not tokens.fields:
             header = table_header(body) is not None  # (as the reader's _no_fields)
             kind = GENERAL if tokens.is_eval or header else NOTHING
-            if tokens.is_eval and not any(c.isdigit() for c in part) and text.lstrip()[:1] not in ("|", "-", "/"):
+            if tokens.is_eval and not header and not any(c.isdigit() for c in part) and text.lstrip()[:1] not in ("|", "-", "/"):
                 kind = EVAL  # (no digit: the template is the line itself, read the same whatever came before)
         else:
             kinds = lt.meanings(tokens)

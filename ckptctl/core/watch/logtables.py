@@ -82,9 +82,23 @@ def _header_keys(cells: list[str]) -> tuple[str, ...] | None:
         # cls total"): the column "total" beside them is the loss
         keys = tuple("total_loss" if k == "total" else k for k in keys)
         kinds.add(lk.LOSS)
+    if lk.LOSS not in kinds and _TRAIN_SPLITS.intersection(keys) and _EVAL_SPLITS.intersection(keys):
+        # the splits' losses named by the split alone (a run's notes: "| Step | Train | Val | Gap |"): the
+        # bare split words side by side are the loss of each split; a metric is named (acc, bleu, ppl)
+        keys = tuple(_split_loss_key(k) for k in keys)
+        kinds.add(lk.LOSS)
     if lk.LOSS in kinds and (lk.STEP in kinds or lk.EPOCH in kinds):
         return keys
     return None
+
+
+#: A split named alone as a column (the same words as ``logsplits``'s row names).
+_TRAIN_SPLITS = frozenset({"train", "training", "trn"})
+_EVAL_SPLITS = frozenset({"val", "vali", "valid", "validation", "dev", "test", "eval"})
+
+
+def _split_loss_key(key: str) -> str:
+    return key + "_loss" if key in _TRAIN_SPLITS or key in _EVAL_SPLITS else key
 
 
 #: Loss components a detector's table names without the word "loss" (ultralytics YOLOv3/v5's early

@@ -357,12 +357,12 @@ class LossLogParser:
         return self.accept(rec, tag_rank, continues=continues)
 
     def _no_fields(self, body: str, tokens: lt.Tokens, line_no: int, tag_rank: int | None) -> list[LogEvent]:
-        if tokens.is_eval:
-            self.in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
-            return self.emit_pending()
         markdown = is_markdown_row(body)
         header = table_header(body)  # (digits inside its column names: spaCy's "LOSS TOK2VEC")
-        if header is not None:
+        if tokens.is_eval and header is None:
+            self.in_eval = True  # a section header: "> EVALUATION", "--> EVAL PERFORMANCE"
+            return self.emit_pending()
+        if header is not None:  # (before the eval words: "| Step | Train | Val |" names a split's column)
             # a column header (words only, a step and a loss among them), again at each launch
             self.columns, self._columns_md, self.plain = header, markdown, False
             return self.emit_pending()
