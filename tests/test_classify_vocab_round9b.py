@@ -69,6 +69,16 @@ CASES = [
     ("PermissionError: The AWS Access Key Id you provided does not exist in our records.",
      "object-store-refused-message", "job", "medium"),
     ("FileNotFoundError: The specified key does not exist.", "object-store-refused-message", "job", "medium"),
+    # botocore's transport errors and missing credentials
+    ("botocore.exceptions.ConnectionClosedError: Connection was closed before we received a valid response from "
+     "endpoint URL: \"https://ckpt.s3.amazonaws.com/run3/step_400/__0_0.distcp?uploadId=u1&partNumber=7\".",
+     "boto-transport-error", "infra", "medium"),
+    ("botocore.exceptions.ConnectTimeoutError: Connect timeout on endpoint URL: \"https://minio.store.lan:9000/ckpt\"",
+     "boto-transport-error", "infra", "medium"),
+    ("botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "
+     "\"https://ckpt.s3.eu-central-1.amazonaws.com/run3\"", "boto-endpoint-unreachable", "infra", "low"),
+    ("botocore.exceptions.NoCredentialsError: Unable to locate credentials", "boto-credentials-missing", "job",
+     "medium"),
     # memory cgroups and OOM panics
     ("Mar 2 10:01:12 n7 kernel: Task in /slurm/uid_1000/job_4412/step_0 killed as a result of limit of "
      "/slurm/uid_1000/job_4412", "kernel-memcg-limit-oom", "job", "high"),
@@ -190,7 +200,7 @@ def test_new_signatures_record_their_source() -> None:
            "gcs-json-usage-limits", "object-store-service-message", "object-store-refused-message",
            "torch-save-open-failed", "dcp-checkpoint-exception", "read-only-filesystem", "kernel-memcg-limit-oom",
            "kernel-oom-panic", "cephfs-mds-session-lost", "cephfs-connection-fault", "lustre-error-other",
-           "syslogd-wall-message")
+           "syslogd-wall-message", "boto-transport-error", "boto-endpoint-unreachable", "boto-credentials-missing")
     by_id = {s.id: s for s in SIGNATURES}
     for sig_id in ids:
         assert by_id[sig_id].source, sig_id
