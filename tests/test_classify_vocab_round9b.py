@@ -102,6 +102,21 @@ CASES = [
     ("[ 41.20] nvme2n1: Write(0x1) @ LBA 937703080, 256 blocks, Unrecovered Read Error (sct 0x2 / sc 0x81) DNR",
      "block-io-error", "infra", "medium"),
     ("[ 41.20] nvme nvme3: Removing after probe failure status: -19", "block-io-error", "infra", "medium"),
+    ("[ 41.20] XFS (dm-4): Metadata I/O error in \"xfs_trans_read_buf_map+0x1d4/0x2c0 [xfs]\" at daddr 0x2 len 1 "
+     "error 5", "block-io-error", "infra", "medium"),
+    ("[ 41.20] md/raid:md0: Disk failure on nvme3n1, disabling device.", "block-io-error", "infra", "medium"),
+    ("[ 41.20] sd 2:0:0:0: [sdc] tag#7 FAILED Result: hostbyte=DID_OK driverbyte=DRIVER_OK cmd_age=31s",
+     "scsi-ata-command-failed", "infra", "low"),
+    ("[ 41.20] ata3.00: failed command: WRITE FPDMA QUEUED", "scsi-ata-command-failed", "infra", "low"),
+    # a kworker's name holds a colon
+    ("[ 41.20] watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [kworker/3:1:123]", "kernel-soft-lockup",
+     "infra", "medium"),
+    # torch's zip writer after a short write (the filesystem under it)
+    ("RuntimeError: [enforce fail at inline_container.cc:626] . unexpected pos 704 vs 598",
+     "torch-save-write-failed", "infra", "low"),
+    # requests' HTTPError: a remote service's throttling or server error is not the job's
+    ("huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url: "
+     "https://huggingface.co/api/models/org/ckpt/preupload/main", "http-server-error-status", "infra", "low"),
     # EROFS: a read-only mount the job was given, or a remount: low
     ("OSError: [Errno 30] Read-only file system: '/workspace/.cache/huggingface/hub'", "read-only-filesystem",
      "infra", "low"),
@@ -143,6 +158,13 @@ def test_quota_and_full_disk_split_by_errno() -> None:
     full = verdict_of("OSError: [Errno 28] No space left on device\n")
     assert (quota.category, full.category) == ("job", "infra")
     assert quota.hosts == () and full.hosts == ()  # nothing to drain either way
+
+
+def test_a_client_error_of_a_remote_service_stays_the_jobs() -> None:
+    line = "requests.exceptions.HTTPError: 404 Client Error: Not Found for url: https://huggingface.co/api/models/x"
+    m = MATCHER.match_line(line)
+    assert m is not None and m.signature.id != "http-server-error-status"
+    assert verdict_of(line + "\n").category == "job"
 
 
 def test_dcp_exception_defers_to_the_ranks_own_error() -> None:
@@ -200,7 +222,8 @@ def test_new_signatures_record_their_source() -> None:
            "gcs-json-usage-limits", "object-store-service-message", "object-store-refused-message",
            "torch-save-open-failed", "dcp-checkpoint-exception", "read-only-filesystem", "kernel-memcg-limit-oom",
            "kernel-oom-panic", "cephfs-mds-session-lost", "cephfs-connection-fault", "lustre-error-other",
-           "syslogd-wall-message", "boto-transport-error", "boto-endpoint-unreachable", "boto-credentials-missing")
+           "syslogd-wall-message", "boto-transport-error", "boto-endpoint-unreachable", "boto-credentials-missing",
+           "scsi-ata-command-failed", "http-server-error-status")
     by_id = {s.id: s for s in SIGNATURES}
     for sig_id in ids:
         assert by_id[sig_id].source, sig_id
