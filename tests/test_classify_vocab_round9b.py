@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from ckptctl.core.classify.catalog import CatalogError, parse_catalog
 from tests.classify_helpers import MATCHER, SIGNATURES, line_verdict, verdict_of
 
 # (line, signature, verdict category, verdict confidence) -- each line alone
@@ -185,6 +186,37 @@ def test_dcp_exception_defers_to_the_ranks_own_error() -> None:
     assert v.root_cause is not None and v.root_cause.signature.id == "disk-full"
 
 
+_SEMLOCK_TRACEBACK = (
+    "  File \"/usr/lib/python3.11/multiprocessing/context.py\", line 103, in Queue\n"
+    "    return Queue(maxsize, ctx=self.get_context())\n"
+    "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\n"
+    "    sl = self._semlock = _multiprocessing.SemLock(\n"
+    "OSError: [Errno 28] No space left on device\n"
+)
+
+
+def test_an_enospc_under_semaphore_creation_is_dev_shm() -> None:
+    # the semaphore lives in /dev/shm: the ENOSPC under the frame is the container's shm
+    v = verdict_of(_SEMLOCK_TRACEBACK, "worker-3.log")
+    assert (v.category, v.confidence) == ("job", "medium")
+    assert v.root_cause is not None and v.root_cause.signature.id == "multiprocessing-semlock-failed"
+    # an ENOSPC far below (another save, another failure) is not explained by it
+    far = _SEMLOCK_TRACEBACK + "step 1 ok\n" * 40 + "OSError: [Errno 28] No space left on device: '/ckpt/x.pt'\n"
+    v_far = verdict_of(far, "worker-3.log")
+    causes = {e.signature.id for e in (*v_far.causes, *v_far.other_causes)}
+    assert "disk-full" in causes and "disk-full" not in {e.signature.id for e in v_far.symptoms}
+    # in another file the explanation does not reach it either
+    assert verdict_of("OSError: [Errno 28] No space left on device\n", "other.log").category == "infra"
+
+
+def test_explains_is_for_causes_only() -> None:
+    entry = {"id": "x", "pattern": "x", "category": "job", "role": "symptom", "explains": ["disk-full"]}
+    with pytest.raises(CatalogError, match="explains"):
+        parse_catalog({"version": 1, "signatures": [entry]}, source="t.yaml")
+    ok = parse_catalog({"version": 1, "signatures": [dict(entry, role="cause")]}, source="t.yaml")
+    assert ok[0].explains == ("disk-full",)
+
+
 def test_lustre_debug_lines_are_not_the_jobs_exception() -> None:
     # "LustreError: ..." has a Python exception's shape; it must never be read as the job's own
     for line in ("LustreError: 3312:0:(osc_request.c:1834:osc_brw_redo_request()) @@@ redo for recoverable error -5",
@@ -223,7 +255,8 @@ def test_new_signatures_record_their_source() -> None:
            "torch-save-open-failed", "dcp-checkpoint-exception", "read-only-filesystem", "kernel-memcg-limit-oom",
            "kernel-oom-panic", "cephfs-mds-session-lost", "cephfs-connection-fault", "lustre-error-other",
            "syslogd-wall-message", "boto-transport-error", "boto-endpoint-unreachable", "boto-credentials-missing",
-           "scsi-ata-command-failed", "http-server-error-status")
+           "scsi-ata-command-failed", "http-server-error-status",
+           "multiprocessing-semlock-failed")
     by_id = {s.id: s for s in SIGNATURES}
     for sig_id in ids:
         assert by_id[sig_id].source, sig_id
