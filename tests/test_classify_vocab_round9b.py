@@ -143,6 +143,8 @@ def test_round9b_lines(line: str, sig_id: str, category: str, confidence: str) -
         "Mar  2 10:03:01 n7 kernel: nfs: server storage-01 OK",
         # a successful request's status and a 2xx/3xx status are not failures
         "\tstatus code: 200, request id: 11AA, host id: y=",
+        # a status of some other HTTP client is not the object store's (the SDKs' shapes only)
+        "rendezvous: unexpected status code: 503 from http://etcd:2379",
         "Uploading checkpoint to gs://bkt/run3/step_400 (reason: \"scheduled\")",
         # the memory controller's statistics outside an OOM report
         "memory.max: 68719476736",
