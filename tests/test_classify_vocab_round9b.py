@@ -61,7 +61,8 @@ CASES = [
     # Google's JSON error body
     ('    "reason": "rateLimitExceeded",', "gcs-json-reason-service", "infra", "medium"),
     ('        "reason": "backendError"', "gcs-json-reason-service", "infra", "medium"),
-    ('    "reason": "insufficientPermissions",', "gcs-json-reason-refused", "job", "medium"),
+    # its refusals' words ("forbidden", "invalid", "required") are common JSON: low
+    ('    "reason": "insufficientPermissions",', "gcs-json-reason-refused", "job", "low"),
     ('        "domain": "usageLimits",', "gcs-json-usage-limits", "infra", "low"),
     # the services' messages kept by wrappers that drop the code (s3fs)
     ("OSError: [Errno 5] Please reduce your request rate.", "object-store-service-message", "infra", "medium"),
