@@ -400,7 +400,9 @@ def test_user_signatures_extend_the_catalog(tmp_path: Path) -> None:
     log = tmp_path / "client.log"
     log.write_text("Jan 14 03:00:00 gpu-node-02 kernel: LustreError: 11-0: fs-OST0007 is unavailable\n"
                    "Jan 14 03:00:00 gpu-node-02 kernel: LustreError: 11-0: OST7 is unavailable\n")  # fmt: skip
-    assert classify_json(str(log))[0] == 13
+    # built in, a Lustre error line of no known wording is at most a low-confidence guess
+    first = classify_json(str(log))
+    assert first[0] == 13 or first[1]["confidence"] == "low"
     code, doc, _ = classify_json("--signatures", str(site), str(log))
     assert code == 10 and doc["root_cause"]["signature"] == "lustre-ost-down"
     assert "Page the storage team" in doc["action"] and doc["hosts"] == []

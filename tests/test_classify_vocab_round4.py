@@ -84,7 +84,8 @@ def test_round4_lines(line: str, sig_id: str, category: str, confidence: str) ->
 @pytest.mark.parametrize(
     "line",
     [
-        # a client-side code is the job's configuration: the generic exception, not the service
+        # a client-side code is the job's configuration (the refusals' vocabulary since round 9b, or the
+        # generic exception), not the service
         "botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the PutObject operation: "
         "Access Denied",
         "botocore.exceptions.ClientError: An error occurred (NoSuchKey) when calling the GetObject operation: The "
@@ -97,8 +98,11 @@ def test_round4_lines(line: str, sig_id: str, category: str, confidence: str) ->
 )
 def test_client_side_codes_are_not_the_service(line: str) -> None:
     match = MATCHER.match_line(line)
-    # the generic exception rules: a class name ending in Error, or one named by its errors module
-    assert match is None or match.signature.id in ("python-exception", "python-exception-qualified")
+    # the generic exception rules (a class name ending in Error, or one named by its errors module), or
+    # the object stores' refusals, which are the job's
+    assert match is None or match.signature.id in ("python-exception", "python-exception-qualified") or (
+        match.signature.category == "job"
+    )
     assert verdict_of(line + "\n").category in ("job", "unknown")
 
 
@@ -108,7 +112,7 @@ def test_unreadable_codes_are_not_read() -> None:
     assert MATCHER.match_line("Memory access fault by GPU node-1 on address 0x20000000").signature.id == (
         "hsa-memory-fault-unknown"
     )
-    assert MATCHER.match_line("<Error><Code>NoSuchBucket</Code></Error>") is None
+    assert MATCHER.match_line("<Error><Code>InvalidRequest</Code></Error>") is None
     assert MATCHER.match_line("HW Exception reported by the BMC for slot 3") is None
 
 

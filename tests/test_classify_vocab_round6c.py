@@ -66,7 +66,7 @@ CASES = [
     # exceptions named by their errors module, whatever their class name ends in
     ("[rank1]: torch._dynamo.exc.Unsupported: Data-dependent branching", "python-exception-qualified", "job",
      "medium"),
-    ("google.api_core.exceptions.NotFound: 404 GET https://storage.googleapis.com/storage/v1/b/ckpt-bucket",
+    ("google.api_core.exceptions.NotFound: 404 Requested entity was not found.",
      "python-exception-qualified", "job", "medium"),
 ]
 
@@ -144,6 +144,6 @@ def test_new_signatures_record_their_source_and_order() -> None:
     assert ids.index("launcher-child-killed") < ids.index("python-exception")
     # after python-exception: a class name ending in Error or Exception stays its own
     assert ids.index("python-exception") < ids.index("python-exception-qualified")
-    m = MATCHER.match_line("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
-                           "PutObject operation: Access Denied")
+    m = MATCHER.match_line("botocore.exceptions.ClientError: An error occurred (ValidationException) when calling "
+                           "the CreateJob operation: 1 validation error detected")
     assert m is not None and m.signature.id == "python-exception"

@@ -71,6 +71,7 @@ SIGNATURE_KEYS = frozenset(
         "state_report",
         "fallback",
         "lone_verdict",
+        "explains",
         "examples",
     }
 )
@@ -149,6 +150,11 @@ class Signature:
     """A symptom whose own category is the verdict, at low confidence, when no cause in the
     input decides one (NCCL's ncclSystemError / ncclRemoteError: NCCL's own result class says
     "a system call" or "the network or a remote process", nothing more)."""
+    explains: tuple[str, ...] = ()
+    """Ids of causes whose lines this one explains when they follow it closely in the same
+    file (``EXPLAINS_WITHIN`` lines): those lines are then its consequences (a traceback
+    through CPython's semaphore creation explains the "No space left on device" under it:
+    /dev/shm, not a disk)."""
     examples: tuple[str, ...] = ()
     """Real-looking lines the pattern must match (checked by the test suite)."""
 
@@ -242,6 +248,9 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
     lone_verdict = entry.get("lone_verdict", False)
     if not isinstance(lone_verdict, bool) or (lone_verdict and role != "symptom"):
         raise CatalogError(f"{where}: 'lone_verdict' must be true or false, and true only for a symptom")
+    explains = _str_tuple(entry, "explains", where)
+    if explains and role != "cause":
+        raise CatalogError(f"{where}: 'explains' is for a cause (it names the causes it explains)")
     drain = entry.get("drain", category == "infra" and role == "cause")
     if not isinstance(drain, bool):
         raise CatalogError(f"{where}: 'drain' must be true or false, got {drain!r}")
@@ -265,6 +274,7 @@ def parse_signature(entry: Any, *, where: str) -> Signature:
         state_report=state_report,
         fallback=fallback,
         lone_verdict=lone_verdict,
+        explains=explains,
         source=_require_str(entry, "source", where, required=False).strip(),
         examples=_str_tuple(entry, "examples", where),
     )

@@ -15,6 +15,9 @@
   name, or the lines naming **its GPU** (bus id) with a host elsewhere, or the lines of
   **the same second** in other files (any line shape: a syslog prefix, a pod or node
   name, an instance id), when exactly one host is named there;
+* a cause whose entry **explains** another (``explains:`` in the catalog) makes that one's
+  lines a few lines below it in the same file its consequences (a traceback through
+  CPython's semaphore creation explains the ``No space left on device`` under it);
 * a **state report alone** (a query tool's reading of a device, nvidia-smi's "GPU is
   lost") with no other line of any failure in the input says the device is bad now,
   not that it ended the job: its confidence drops to low.
@@ -78,11 +81,15 @@ SAME_SIZE_OPS = frozenset({
 #: Most odd ranks kept as evidence.
 MAX_ODD_RANKS = 20
 
+#: How many lines below an explaining line an explained cause may be (one traceback's tail).
+EXPLAINS_WITHIN = 20
+
 
 def reason_across_lines(evidence: Evidence) -> tuple[Evidence, tuple[str, ...]]:
     """The evidence with the cross-line rules applied, and one sentence per rule that fired."""
     notes: list[str] = []
-    tallies = _demote_fallbacks(evidence.tallies, notes)
+    tallies = _demote_explained(evidence.tallies, notes)
+    tallies = _demote_fallbacks(tallies, notes)
     tallies = _lone_state_reports(tallies, notes)
     tallies = _attach_hosts(tallies, evidence, notes)
     tallies.extend(desync_tallies(evidence.collectives, evidence.rank_hosts, notes))
@@ -116,6 +123,32 @@ def _demote_explained_crashes(
         else t
         for t in tallies
     ]  # fmt: skip
+
+
+def _demote_explained(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
+    """Causes whose every line sits a few lines below a line of a cause that explains them
+    (its entry's ``explains``, in the same file) are that cause's consequences."""
+    anchors: dict[str, list[tuple[str, int]]] = {}
+    for t in tallies:
+        if t.signature.role == "cause" and t.signature.explains:
+            for sig_id in t.signature.explains:
+                anchors.setdefault(sig_id, []).extend((e.file, e.line) for e in t.samples)
+    if not anchors:
+        return list(tallies)
+    out = []
+    for t in tallies:
+        spots = anchors.get(t.signature.id)
+        if (
+            spots and t.signature.role == "cause" and t.samples and t.count == len(t.samples)
+            and all(any(f == e.file and 0 < e.line - n <= EXPLAINS_WITHIN for f, n in spots) for e in t.samples)
+        ):
+            t = _as_symptom(t)
+            notes.append(
+                f"{_plural(t.count, 'line')} of {t.signature.description or t.signature.id} follow a line "
+                "that explains them (a consequence, not a cause)"
+            )
+        out.append(t)
+    return out
 
 
 def _lone_state_reports(tallies: Sequence[SignatureTally], notes: list[str]) -> list[SignatureTally]:
