@@ -110,3 +110,13 @@ def test_the_round_9b_fixtures(name: str, verdict: str, step: int) -> None:
     result = watch_log(str(FIXTURES / name))
     assert result.verdict == verdict
     assert result.report.resume_step == step
+
+
+def test_a_deterministic_run_resumed_from_an_earlier_step_is_no_reprint() -> None:
+    # the rows after the restore line repeat the values printed before, but from step 1050 on (an
+    # earlier checkpoint, trained the same way again), not from the log's first row: a replay
+    first = {s: _loss(s) for s in range(50, 1601, 50)}
+    lines = ["Resuming from `checkpoint-1000`.", *_table(range(50, 1601, 50), first), "",
+             "Resuming from `checkpoint-1500`.", *_table(range(1050, 2601, 50), {s: _loss(s) for s in range(50, 2601, 50)})]
+    result = watch_lines(lines, stop_when_decided=False)
+    assert result.verdict == REPLAYED

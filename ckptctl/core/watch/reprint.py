@@ -13,10 +13,12 @@ after it the resumed run, judged against them.
 
 A log of several sessions (notes kept across relaunches, one restore line and the whole table
 again per session) prints the history after every restore line. After the first, the rows up to
-the checkpoint were printed already: they are a reprint when every row printed before at the same
-step holds the same value (a copy; steps trained again print other values) and at least
-``_MIN_HISTORY`` of them were. Those rows are dropped (the earlier ones stand for them) and the rows
-after the checkpoint step are that restore line's resumed run.
+the checkpoint were printed already: they are a reprint when they start at the log's first step and
+every row printed before at the same step holds the same value (a copy; steps trained again print
+other values, and a deterministic run resumed from an earlier checkpoint prints the same values from
+that checkpoint on, not from the first row), at least ``_MIN_HISTORY`` of them. Those rows are
+dropped (the earlier ones stand for them); the rows after the checkpoint step are that restore
+line's resumed run.
 
 Not for a counter that stays below the checkpoint step (a counter restarted from 0 after
 ``Initializing from checkpoint_7000``: ``analyze``'s replay), nor for a first run that has points
@@ -59,9 +61,12 @@ def _same(a: float, b: float) -> bool:
 
 
 def _reprinted(history: Sequence[TracePoint], before: dict[int, float]) -> bool:
-    """Every row of ``history`` printed before at its step holds the value printed then, and enough were."""
+    """``history`` starts where the log's first rows did, every row of it printed before at its step holds
+    the value printed then, and enough were (a run resumed from an earlier step and trained the same
+    way, deterministic, prints the same values too, but from that step on, not from the first row)."""
     seen = [(p, before[p.step]) for p in history if p.step in before]
-    return len(seen) >= _MIN_HISTORY and all(_same(p.loss, v) for p, v in seen)
+    starts_over = bool(before) and history[0].step <= min(before)
+    return starts_over and len(seen) >= _MIN_HISTORY and all(_same(p.loss, v) for p, v in seen)
 
 
 def split_reprinted_history(segments: Sequence[Segment]) -> tuple[list[Segment], str | None]:
