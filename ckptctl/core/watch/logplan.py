@@ -234,6 +234,9 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fairseq", re.compile(r"\bnum_updates[=\s]\d")),
     ("deepspeed", re.compile(r"(?:^|\s)steps: \d+ loss: |\bstep=\d+, skipped=\d+")),
     ("coqui", re.compile(r"GLOBAL_STEP:")),
+    # Lightning's RichProgressBar: "Epoch 3/9 ━━━╸━━ 120/500 0:00:41 • 0:02:03 2.91it/s loss: 0.4"
+    # (rich_progress.py: the epoch's "N/T" then rich's BarColumn, drawn with ━ ╸ ╺)
+    ("lightning", re.compile(r"(?<![\w/])Epoch \d+/\d+ +[\u2501\u2578\u257a]")),
     ("keras", re.compile(r"(?<!\d)\d+/\d+ (?:\u2501|\[[=>.]*\])")),  # (?<!\d), \A(?>.*?A): linear
     ("lightning", re.compile(r"\A(?>.*?Epoch \d+:).*\|")),  # (tests/test_hostile_regex.py)
 )

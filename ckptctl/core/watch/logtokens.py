@@ -216,8 +216,9 @@ _DURATION_WORDS = frozenset({"for", "another", "more", "additional", "extra", "r
 #: A bare ``N/T`` (a progress bar's; blanks around the slash too: ``2000 / 8223``, ``200/ 2983
 #: batches``), or one in brackets (``[ 120/500]``, ``(12/300)``) with the number just before it
 #: (``Train: 3 [ 120/500``, ``[3][120/500]``: the epoch it counts within). A date before a time
-#: of day (``08/18 11:56:34``, ``[11/21 01:57:00]``: a logger's prefix) is no counter.
-_NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d)"
+#: of day (``08/18 11:56:34``: a logger's prefix) is no counter; a time and ``•`` after it is
+#: Lightning's RichProgressBar (``CustomTimeColumn``: ``21/1250 0:02:02 • 1:18:06``).
+_NOT_A_DATE = r"(?![ \t]*\d{1,2}:\d\d(?::\d\d)?(?![:\d])(?![ \t]*\u2022))"
 _COUNTER_RE = re.compile(
     r"(?:^|(?<=[|\s]))(?P<n>\d{1,15})[ \t]*/[ \t]*(?P<t>\d{1,15}|\?)(?=[\s\[,]|$)" + _NOT_A_DATE
     + r"|(?:(?<![\w.])\[?(?P<outer>\d{1,9})(?:/\d{1,9})?\]?[ \t]*)?[\[(][ \t]*(?P<bn>\d{1,15})/(?P<bt>\d{1,15})(?=[ \t]*[\])(]|[ \t])" + _NOT_A_DATE
