@@ -287,6 +287,8 @@ class FileScanner:
                         fields["host_source"] = "torchrun table"
         host = normalize_host(fields.get("host"))
         host_source = fields.get("host_source") if host else None
+        if host is None and fields.get("envelope_host"):
+            host, host_source = normalize_host(fields["envelope_host"]), "log envelope"
         if host is None and self.file_host is not None:
             host, host_source = self.file_host, "file name"
         xid = _int_or_none(fields.get("xid"))
