@@ -45,6 +45,16 @@ MAX_LAYERS = 6
 MAX_JSON_CHARS = 256 * 1024
 #: Inner lines taken from one envelope at most (a traceback in one JSON string).
 MAX_INNER_LINES = 400
+#: Bytes of a block looked at to tell a paste cut at a fixed width (``join_hard_wrapped``).
+WRAP_SAMPLE_BYTES = 256 << 10
+#: Widths a paste is cut at: terminals, ``fold``, mail and CI viewers (80, 100, 120, 132...).
+MIN_WRAP_WIDTH, MAX_WRAP_WIDTH = 60, 400
+#: Lines at the width, at least, before a block is read as cut (and one in ``WRAP_SHARE`` lines):
+#: fewer at the widths terminals and viewers default to, more at any other.
+MIN_WRAPPED_LINES, MIN_WRAPPED_LINES_ODD_WIDTH, WRAP_SHARE = 2, 6, 12
+COMMON_WRAP_WIDTHS = frozenset({72, 76, 78, 79, 80, 100, 120, 132, 140, 150, 160, 200, 240, 250})
+#: Last characters of full-width lines that are drawn to that width (tables, boxes, rules), not cut.
+_DRAWN_ENDS = frozenset(b"|+=-*#")
 
 _HOSTNAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -134,6 +144,52 @@ class Unwrapped:
     lines: list[str]
     fields: dict[str, str] = field(default_factory=dict)
     layers: tuple[str, ...] = ()
+
+
+def join_hard_wrapped(block: bytes) -> tuple[bytes, list[int]] | None:
+    """``block`` with the lines a paste cut at a fixed width joined again, and for each
+    joined line the index of its first piece; None when ``block`` is not cut so.
+
+    A terminal, ``fold`` or a viewer cuts every longer line at one width W: no line is
+    longer than W, several are exactly W, and they end mid-text (not in a table's
+    border). Each line of exactly W is joined with the next. Only the head of the
+    block (``WRAP_SAMPLE_BYTES``) is measured.
+    """
+    sample = block[:WRAP_SAMPLE_BYTES]
+    lines = sample.split(b"\n")
+    if len(lines) < 2 * MIN_WRAPPED_LINES:
+        return None  # a line and its cut-off rest at least
+    lengths = [len(line.rstrip(b"\r")) for line in lines[:-1]]
+    width = max(lengths)
+    if not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH:
+        return None
+    cut = sum(1 for line, n in zip(lines, lengths, strict=False) if n == width and _is_cut(line))
+    least = MIN_WRAPPED_LINES if width in COMMON_WRAP_WIDTHS else MIN_WRAPPED_LINES_ODD_WIDTH
+    if cut < least or cut * WRAP_SHARE < len(lengths):
+        return None
+    out: list[bytes] = []
+    first_piece: list[int] = []
+    pending: list[bytes] = []
+    start = 0
+    for index, line in enumerate(block.split(b"\n")):
+        if not pending:
+            start = index
+        body = line.rstrip(b"\r")
+        if len(body) == width and _is_cut(body):
+            pending.append(body)
+            continue
+        out.append(b"".join(pending) + line)
+        first_piece.append(start)
+        pending = []
+    if pending:
+        out.append(b"".join(pending))
+        first_piece.append(start)
+    return b"\n".join(out), first_piece
+
+
+def _is_cut(line: bytes) -> bool:
+    body = line.rstrip(b"\r")
+    return bool(body) and body[-1] not in _DRAWN_ENDS and body[-1] < 0x80
 
 
 def escaped_forms(keyword: str) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from ckptctl.core.classify.attribution import (
     strip_ansi,
 )
 from ckptctl.core.classify.catalog import MAX_MATCH_CHARS, XID_PATTERN_TEMPLATE, Signature
-from ckptctl.core.classify.envelope import escaped_forms, looks_enveloped, unwrap
+from ckptctl.core.classify.envelope import escaped_forms, join_hard_wrapped, looks_enveloped, unwrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +382,18 @@ class Matcher:
         Stateless and made of plain values, so worker processes can run it on
         blocks of one file while the parent keeps the per-file state in order.
         """
+        joined = join_hard_wrapped(block)
+        if joined is None:
+            return self._scan_lines(block), block.count(b"\n")
+        # A paste cut at a fixed width: match the joined lines, numbered as the first
+        # piece of each.
+        data, first_piece = joined
+        last = len(first_piece) - 1
+        matches = [(first_piece[min(off, last)], *rest) for off, *rest in self._scan_lines(data)]
+        return matches, block.count(b"\n")
+
+    def _scan_lines(self, block: bytes) -> list[RawMatch]:
+        """``scan_block``'s matches (offsets count the newlines of ``block``)."""
         matches: list[RawMatch] = []
         pos = 0
         offset = 0
@@ -413,7 +425,7 @@ class Matcher:
                     if host is not None:
                         fields["host"] = host
                 matches.append((offset, match.index, fields, clip_text(match.text, match.at)))
-        return matches, count(b"\n")
+        return matches
 
     def match_enveloped(self, line: bytes, raw: LineMatch | None) -> list[LineMatch] | None:
         """Matches of the lines inside ``line``'s envelopes (``envelope.unwrap``), each with
