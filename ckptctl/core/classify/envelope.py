@@ -71,6 +71,10 @@ _LOOKS_ENVELOPED = re.compile(
     + _MONTH.encode() + rb"\s+\d{1,2} \d\d:\d\d:\d\d \S+ (?!kernel:)[\w./@()-]+(?:\[\d+\])?: |"
     rb"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ (?!kernel:)[\w./@()-]+(?:\[\d+\])?: )"
 )
+#: A JSON key among ``MESSAGE_KEYS`` (their first parts).
+_JSON_MESSAGE_KEY = re.compile(
+    rb'"(?:log|MESSAGE|textPayload|jsonPayload|message|msg|@message|line|body|Body|event|log\.original)"\s*:'
+)
 _HTML_ENTITY = re.compile(rb"&(?:quot|gt|lt|amp|apos|#39|#x27|#34);")
 
 #: ``(name, regex)``: a prefix at the start of the line; its named groups are what it names.
@@ -205,8 +209,10 @@ def escaped_forms(keyword: str) -> tuple[str, ...]:
 
 def looks_enveloped(line: bytes) -> bool:
     """Cheap test: may ``line`` (raw bytes) be wrapped in an envelope ``unwrap`` reads?"""
-    if _LOOKS_ENVELOPED.match(line) is not None:
-        return True
+    m = _LOOKS_ENVELOPED.match(line)
+    if m is not None:
+        # a JSON line is a record wrapping a line only with a message key (not a metrics line)
+        return not m.group().endswith(b'{"') or _JSON_MESSAGE_KEY.search(line) is not None
     if b"&" in line and _HTML_ENTITY.search(line) is not None:
         return True
     cr = line.find(b"\r")
