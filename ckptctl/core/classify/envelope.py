@@ -53,8 +53,8 @@ MIN_WRAP_WIDTH, MAX_WRAP_WIDTH = 60, 400
 #: fewer at the widths terminals and viewers default to, more at any other.
 MIN_WRAPPED_LINES, MIN_WRAPPED_LINES_ODD_WIDTH, WRAP_SHARE = 2, 6, 12
 COMMON_WRAP_WIDTHS = frozenset({72, 76, 78, 79, 80, 100, 120, 132, 140, 150, 160, 200, 240, 250})
-#: Last characters of full-width lines that are drawn to that width (tables, boxes, rules), not cut.
-_DRAWN_ENDS = frozenset(b"|+=-*#")
+#: Characters whose run ends a line drawn to a width (a rule: "=====", "-----"), not cut there.
+_DRAWN_ENDS = frozenset(b"=-*#_~+")
 
 _HOSTNAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -114,14 +114,15 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 
 #: JSON keys holding the line, in order of preference (a dotted name is a nested key).
 MESSAGE_KEYS = (
-    "log", "MESSAGE", "textPayload", "jsonPayload.message", "jsonPayload.msg", "jsonPayload.log",
+    "log", "MESSAGE", "textPayload", "jsonPayload.message", "jsonPayload.MESSAGE", "jsonPayload.msg",
+    "jsonPayload.log",
     "message", "msg", "@message", "line", "body", "Body", "event.original", "log.original",
 )  # fmt: skip
 #: Keys holding a traceback next to the message (python-json-logger ``exc_info``, Ray ``exc_text``).
 TRACEBACK_KEYS = ("exc_info", "exc_text", "stack_trace", "stacktrace", "traceback", "error.stack_trace")
 #: Keys naming the machine.
 HOST_KEYS = (
-    "_HOSTNAME", "kubernetes.host", "kubernetes.node_name", "kubernetes.pod_node_name",
+    "_HOSTNAME", "jsonPayload._HOSTNAME", "kubernetes.host", "kubernetes.node_name", "kubernetes.pod_node_name",
     "kubernetes.node.name", "resource.labels.node_name", "labels.compute.googleapis.com/resource_name",
     "host.name", "host.hostname", "hostname", "host", "node_name", "nodeName", "NodeName", "node",
     "resource.labels.instance_id",
@@ -192,19 +193,33 @@ def join_hard_wrapped(block: bytes) -> tuple[bytes, list[int]] | None:
 
 
 def _is_cut(line: bytes) -> bool:
+    """A full-width line that was cut, not drawn to the width: a table row or box side
+    (``| ... |``, ``+---+``) or a rule (``=====``) ends in its border."""
     body = line.rstrip(b"\r")
-    return bool(body) and body[-1] not in _DRAWN_ENDS and body[-1] < 0x80
+    if not body or body[-1] >= 0x80 or body[-1:] == b"|":
+        return False
+    tail = body[-3:]
+    if tail[-1] in _DRAWN_ENDS and tail == bytes([tail[-1]]) * 3:
+        return False
+    return not (body.lstrip()[:1] == b"+" and body[-1:] == b"+")
 
 
 def escaped_forms(keyword: str) -> tuple[str, ...]:
-    """How ``keyword`` reads inside a JSON string and in HTML-escaped text, where that differs."""
-    forms = {json.dumps(keyword, ensure_ascii=False)[1:-1], html.escape(keyword, quote=True)}
+    """How ``keyword`` reads inside a JSON string (one or two levels deep: an application's
+    JSON line inside a collector's record) and in HTML-escaped text, where that differs."""
+    forms = {keyword, html.escape(keyword, quote=True)}
     if keyword.endswith(("\n", "\r")):
         # a keyword that ends the line: a JSON string ends with its quote, a coloured
         # line with the colour reset
         forms.update((keyword[:-1] + '"', keyword[:-1] + "\x1b"))
+    for _ in range(2):
+        forms.update([_json_escaped(form) for form in forms])
     forms.discard(keyword)
     return tuple(sorted(forms))
+
+
+def _json_escaped(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def looks_enveloped(line: bytes) -> bool:

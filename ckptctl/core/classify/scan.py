@@ -389,7 +389,9 @@ class Matcher:
         # piece of each.
         data, first_piece = joined
         last = len(first_piece) - 1
-        matches = [(first_piece[min(off, last)], *rest) for off, *rest in self._scan_lines(data)]
+        matches = [
+            (first_piece[min(off, last)], index, fields, text) for off, index, fields, text in self._scan_lines(data)
+        ]
         return matches, block.count(b"\n")
 
     def _scan_lines(self, block: bytes) -> list[RawMatch]:
