@@ -61,13 +61,13 @@ _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 _ISO_TIME = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 #: A Kubernetes object name that a controller made (a hyphen and a digit in its last part).
-_K8S_NAME = r"[a-z0-9](?:[a-z0-9.-]*-)[a-z0-9]*\d[a-z0-9]*"
+_K8S_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}-[a-z0-9]{0,63}\d[a-z0-9]{0,63}")
 
 #: The first bytes of an enveloped line (checked on candidate lines only).
 _LOOKS_ENVELOPED = re.compile(
-    rb"\s*(?:\{\"|>|\[pod/|\(\w+ pid=|\(pid=|\[\d+(?:,\d+)?\]<std|[a-z0-9][a-z0-9.-]*-[a-z0-9]*\d[a-z0-9]* |"
-    rb"[\w.-]+ +\| |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
-    rb"\x1b|\d{1,5}: |\[[A-Za-z_]+\d+\]:|[a-z][a-z0-9-]*\d[a-z0-9.-]*: |"
+    rb"\s*(?:\{\"|>|\[pod/|\(\w+ pid=|\(pid=|\[\d+(?:,\d+)?\]<std|[a-z0-9][a-z0-9.-]*+ [a-z0-9][a-z0-9-]*+ |"
+    rb"[\w.-]++ +\| |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
+    rb"\x1b|\d{1,5}: |\[[A-Za-z_]+\d+\]:|[a-z](?=[a-z0-9-]*\d)[a-z0-9-]*+(?:\.[a-z0-9-]+)*+: |"
     + _MONTH.encode() + rb"\s+\d{1,2} \d\d:\d\d:\d\d \S+ (?!kernel:)[\w./@()-]+(?:\[\d+\])?: |"
     rb"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ (?!kernel:)[\w./@()-]+(?:\[\d+\])?: )"
 )
@@ -100,7 +100,8 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # Open MPI --tag-output "[1,3]<stderr>:", Horovod's "[3]<stderr>:"
         ("mpirun-tag", r"^\[(?:\d+,)?(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:"),
         # stern: "trainer-worker-0 pytorch " (pod, container)
-        ("stern", r"^(?P<pod>" + _K8S_NAME + r") [a-z0-9](?:[a-z0-9-]*[a-z0-9])? "),
+        # (the pod name is checked against _K8S_NAME once cut: read possessively, the line stays linear)
+        ("stern", r"^(?P<pod>[a-z0-9][a-z0-9.-]{0,252}+) [a-z0-9][a-z0-9-]{0,62}+ "),
         # docker compose: "trainer-1  | "
         ("compose", r"^[\w.-]+ +\| "),
         # pdsh / DeepSpeed's multi-node runner: "gpu-node7: "
@@ -138,7 +139,7 @@ RANK_KEYS = ("rank", "global_rank", "RANK")
 #: logcli label names, as above.
 _LABEL_HOST = ("node", "node_name", "nodename", "host", "hostname", "instance")
 _LABEL_POD = ("pod", "pod_name")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.){0,253})"')
+_LABEL = re.compile(r'(?<!\w)(\w++)="((?:[^"\\]|\\.){0,253})"')
 _PLAUSIBLE_NAME = re.compile(r"^" + _HOSTNAME + "$")
 
 
@@ -278,7 +279,7 @@ def _peel(line: str, fields: dict[str, str], layers: list[str]) -> list[str] | N
         return [html.unescape(line)]
     for name, rx in PREFIXES:
         m = rx.match(line)
-        if m is None or m.end() == 0:
+        if m is None or m.end() == 0 or (name == "stern" and _K8S_NAME.fullmatch(m["pod"]) is None):
             continue
         layers.append(name)
         for key, value in m.groupdict().items():
