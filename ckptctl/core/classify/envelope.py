@@ -169,7 +169,10 @@ def join_hard_wrapped(block: bytes) -> tuple[bytes, list[int]] | None:
     width = max(lengths)
     if not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH:
         return None
-    cut = sum(1 for line, n in zip(lines, lengths, strict=False) if n == width and _is_cut(line))
+    full = [line.rstrip(b"\r") for line, n in zip(lines, lengths, strict=False) if n == width and _is_cut(line)]
+    cut = len(full)
+    if 2 * sum(1 for line in full if line.endswith(b" ")) > cut:
+        return None  # lines padded with blanks to the width: a table, not a cut
     least = MIN_WRAPPED_LINES if width in COMMON_WRAP_WIDTHS else MIN_WRAPPED_LINES_ODD_WIDTH
     if cut < least or cut * WRAP_SHARE < len(lengths):
         return None
@@ -197,8 +200,8 @@ def _is_cut(line: bytes) -> bool:
     """A full-width line that was cut, not drawn to the width: a table row or box side
     (``| ... |``, ``+---+``) or a rule (``=====``) ends in its border."""
     body = line.rstrip(b"\r")
-    if not body or body[-1] >= 0x80 or body[-1:] == b"|":
-        return False
+    if not body or body[-1] >= 0x80 or body[-1:] in (b"|", b"}"):
+        return False  # a table's border, a whole JSON record
     tail = body[-3:]
     if tail[-1] in _DRAWN_ENDS and tail == bytes([tail[-1]]) * 3:
         return False
