@@ -211,6 +211,8 @@ def test_lines_drawn_to_one_width_are_not_joined() -> None:
         + ["+" + "=" * 78 + "+"]
     )  # fmt: skip
     assert join_hard_wrapped(table.encode() + b"\n") is None
-    # and a log whose longest line happens to repeat at an unusual width is not a cut paste
-    repeated = "\n".join(["[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"] * 4 + ["x"])
+    # and a log whose longest line is one template repeated per rank (torch's what() line) is not cut
+    what = "  what():  [PG 0 (default_pg) Rank {:02d}] Process group watchdog thread terminated with exception: x"
+    repeated = "\n".join(line for r in range(16) for line in (what.format(r), f"[rank{r}]: Exception raised from"))
+    assert len(what.format(0)) not in (80, 120)
     assert join_hard_wrapped(repeated.encode() + b"\n") is None

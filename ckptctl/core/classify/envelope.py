@@ -47,11 +47,10 @@ MAX_JSON_CHARS = 256 * 1024
 MAX_INNER_LINES = 400
 #: Bytes of a block looked at to tell a paste cut at a fixed width (``join_hard_wrapped``).
 WRAP_SAMPLE_BYTES = 256 << 10
-#: Widths a paste is cut at: terminals, ``fold``, mail and CI viewers (80, 100, 120, 132...).
-MIN_WRAP_WIDTH, MAX_WRAP_WIDTH = 60, 400
-#: Lines at the width, at least, before a block is read as cut (and one in ``WRAP_SHARE`` lines):
-#: fewer at the widths terminals and viewers default to, more at any other.
-MIN_WRAPPED_LINES, MIN_WRAPPED_LINES_ODD_WIDTH, WRAP_SHARE = 2, 6, 12
+#: Lines at the width, at least, before a block is read as cut (and one in ``WRAP_SHARE`` lines).
+MIN_WRAPPED_LINES, WRAP_SHARE = 2, 12
+#: The widths terminals, ``fold``, mail and viewers cut at by default. Only these: lines of one
+#: template (a torch ``what():`` line per rank) share an odd longest width without being cut.
 COMMON_WRAP_WIDTHS = frozenset({72, 76, 78, 79, 80, 100, 120, 132, 140, 150, 160, 200, 240, 250})
 #: Characters whose run ends a line drawn to a width (a rule: "=====", "-----"), not cut there.
 _DRAWN_ENDS = frozenset(b"=-*#_~+")
@@ -167,14 +166,13 @@ def join_hard_wrapped(block: bytes) -> tuple[bytes, list[int]] | None:
         return None  # a line and its cut-off rest at least
     lengths = [len(line.rstrip(b"\r")) for line in lines[:-1]]
     width = max(lengths)
-    if not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH:
+    if width not in COMMON_WRAP_WIDTHS:
         return None
     full = [line.rstrip(b"\r") for line, n in zip(lines, lengths, strict=False) if n == width and _is_cut(line)]
     cut = len(full)
     if 2 * sum(1 for line in full if line.endswith(b" ")) > cut:
         return None  # lines padded with blanks to the width: a table, not a cut
-    least = MIN_WRAPPED_LINES if width in COMMON_WRAP_WIDTHS else MIN_WRAPPED_LINES_ODD_WIDTH
-    if cut < least or cut * WRAP_SHARE < len(lengths):
+    if cut < MIN_WRAPPED_LINES or cut * WRAP_SHARE < len(lengths):
         return None
     out: list[bytes] = []
     first_piece: list[int] = []
