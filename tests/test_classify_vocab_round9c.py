@@ -216,3 +216,12 @@ def test_lines_drawn_to_one_width_are_not_joined() -> None:
     repeated = "\n".join(line for r in range(16) for line in (what.format(r), f"[rank{r}]: Exception raised from"))
     assert len(what.format(0)) not in (80, 120)
     assert join_hard_wrapped(repeated.encode() + b"\n") is None
+
+
+def test_the_envelope_pod_reaches_the_verdict_unless_the_input_names_another() -> None:
+    oom = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    verdict = verdict_of("[pod/llm-worker-3/pytorch] " + oom + "\n")
+    assert verdict.root_cause is not None and verdict.root_cause.pod == "llm-worker-3"
+    # a kubectl describe header above the line names the pod it is about: it comes first
+    described = verdict_of("Name:         llm-worker-5\n" + json.dumps({"log": oom, "kubernetes": {"pod_name": "shipper-0"}}) + "\n")
+    assert described.root_cause is not None and described.root_cause.pod == "llm-worker-5"

@@ -307,7 +307,7 @@ class FileScanner:
             signal=_signal_of(fields),
             exitcode=_int_or_none(fields.get("exitcode")),
             peer=normalize_host(fields.get("peer")),
-            pod=fields.get("pod"),
+            pod=fields.get("pod") or fields.get("envelope_pod"),
             time=fields.get("time"),
             cause_xid=_int_or_none(fields.get("cause_xid")),
             code=fields.get("code"),

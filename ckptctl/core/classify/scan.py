@@ -459,11 +459,11 @@ class Matcher:
             for key, value in inner_shape.items():
                 fields.setdefault(key, value)
             for key, value in unwrapped.fields.items():
-                if key == "host":
-                    # The machine the platform collected the line on: weaker than what the
-                    # line and its neighbours say (events.FileScanner places it).
-                    if is_plausible_host(value):
-                        fields.setdefault("envelope_host", value)
+                if key in ("host", "pod"):
+                    # The machine and pod the platform collected the line from: weaker than
+                    # what the line and its neighbours say (events.FileScanner places them).
+                    if key == "pod" or is_plausible_host(value):
+                        fields.setdefault("envelope_" + key, value)
                 else:
                     fields.setdefault(key, value)
             out.append(LineMatch(m.signature, fields, m.at, m.text, m.index))
