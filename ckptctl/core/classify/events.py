@@ -287,6 +287,8 @@ class FileScanner:
                         fields["host_source"] = "torchrun table"
         host = normalize_host(fields.get("host"))
         host_source = fields.get("host_source") if host else None
+        if host is None and fields.get("envelope_host"):
+            host, host_source = normalize_host(fields["envelope_host"]), "log envelope"
         if host is None and self.file_host is not None:
             host, host_source = self.file_host, "file name"
         xid = _int_or_none(fields.get("xid"))
@@ -305,7 +307,7 @@ class FileScanner:
             signal=_signal_of(fields),
             exitcode=_int_or_none(fields.get("exitcode")),
             peer=normalize_host(fields.get("peer")),
-            pod=fields.get("pod"),
+            pod=fields.get("pod") or fields.get("envelope_pod"),
             time=fields.get("time"),
             cause_xid=_int_or_none(fields.get("cause_xid")),
             code=fields.get("code"),

@@ -120,7 +120,7 @@ class EvidenceCollector:
         """The cross-line indexes: hosts per file and per second, collectives per rank,
         failing programs per host (bounded)."""
         host = event.host
-        if host is not None and event.host_source in ("line", "section"):
+        if host is not None and event.host_source in ("line", "section", "log envelope"):
             _add_bounded(self._file_hosts, event.file, host, len(self._file_hosts) < MAX_TIMES)
             key = time_key(event.time)
             if key is not None:

@@ -22,6 +22,7 @@ from ckptctl.core.classify.attribution import (
     strip_ansi,
 )
 from ckptctl.core.classify.catalog import MAX_MATCH_CHARS, XID_PATTERN_TEMPLATE, Signature
+from ckptctl.core.classify.envelope import escaped_forms, join_hard_wrapped, looks_enveloped, unwrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +276,11 @@ class Matcher:
         )
         for i, sig in enumerate(self.signatures):
             for kw in sig.keywords:
-                by_keyword.setdefault(kw, []).append(i)
+                # A keyword is also looked for as a JSON string or an HTML page spells it
+                # (a log line inside a JSON envelope: "Error\n" is written "Error\\n").
+                for form in (kw, *escaped_forms(kw)):
+                    if i not in by_keyword.setdefault(form, []):
+                        by_keyword[form].append(i)
         self._keywords: tuple[bytes, ...] = tuple(kw.encode() for kw in by_keyword)
         self._keyword_signatures: tuple[tuple[int, ...], ...] = tuple(
             tuple(v) for v in by_keyword.values()
@@ -377,6 +382,20 @@ class Matcher:
         Stateless and made of plain values, so worker processes can run it on
         blocks of one file while the parent keeps the per-file state in order.
         """
+        joined = join_hard_wrapped(block)
+        if joined is None:
+            return self._scan_lines(block), block.count(b"\n")
+        # A paste cut at a fixed width: match the joined lines, numbered as the first
+        # piece of each.
+        data, first_piece = joined
+        last = len(first_piece) - 1
+        matches = [
+            (first_piece[min(off, last)], index, fields, text) for off, index, fields, text in self._scan_lines(data)
+        ]
+        return matches, block.count(b"\n")
+
+    def _scan_lines(self, block: bytes) -> list[RawMatch]:
+        """``scan_block``'s matches (offsets count the newlines of ``block``)."""
         matches: list[RawMatch] = []
         pos = 0
         offset = 0
@@ -394,7 +413,13 @@ class Matcher:
                 at = self._first_hit(block[start:end], hint, patterns)
                 start = max(start, start + at - MAX_MATCH_CHARS // 2)
                 end = min(end, start + MAX_MATCH_CHARS)
-            match = self.match_bytes(block[start:end], hint, patterns)
+            line = block[start:end]
+            match = self.match_bytes(line, hint, patterns)
+            if looks_enveloped(line):
+                inner = self.match_enveloped(line, match)
+                if inner is not None:
+                    matches.extend((offset, m.index, dict(m.fields), clip_text(m.text, m.at)) for m in inner)
+                    continue
             if match is not None:
                 fields = dict(match.fields)
                 if match.index in self._host_commands:
@@ -402,7 +427,47 @@ class Matcher:
                     if host is not None:
                         fields["host"] = host
                 matches.append((offset, match.index, fields, clip_text(match.text, match.at)))
-        return matches, count(b"\n")
+        return matches
+
+    def match_enveloped(self, line: bytes, raw: LineMatch | None) -> list[LineMatch] | None:
+        """Matches of the lines inside ``line``'s envelopes (``envelope.unwrap``), each with
+        the names the envelope gives (host, pod, rank) where its own shape gave none; None
+        when ``line`` has no envelope or nothing inside it matches. A single inner line
+        competes with the raw line's match (``raw``): the earlier signature in catalog
+        order wins, the raw line on a tie."""
+        unwrapped = unwrap(strip_ansi(line.decode("utf-8", errors="replace")))
+        if unwrapped is None:
+            return None
+        found: list[LineMatch] = []
+        for inner in unwrapped.lines:
+            data = inner.encode("utf-8", errors="replace")
+            for _, hint in self.scanner.candidate_lines(data + b"\n")[:1]:
+                m = self.match_bytes(data + b"\n", hint, 0, text=inner)
+                if m is not None:
+                    found.append(m)
+        inner_shape: dict[str, str] = {}
+        if raw is not None and (not found or (len(unwrapped.lines) == 1 and raw.index < found[0].index)):
+            # The raw line's signature wins; the inner line's shape still names whom it is about.
+            found = [raw]
+            if len(unwrapped.lines) == 1:
+                inner_shape = _with_prefix_fields(unwrapped.lines[0], {})
+        if not found:
+            return None
+        out = []
+        for m in found:
+            fields = dict(m.fields)
+            for key, value in inner_shape.items():
+                fields.setdefault(key, value)
+            for key, value in unwrapped.fields.items():
+                if key in ("host", "pod"):
+                    # The machine and pod the platform collected the line from: weaker than
+                    # what the line and its neighbours say (events.FileScanner places them).
+                    if key == "pod" or is_plausible_host(value):
+                        fields.setdefault("envelope_" + key, value)
+                else:
+                    fields.setdefault(key, value)
+            out.append(LineMatch(m.signature, fields, m.at, m.text, m.index))
+        return out
 
     def _first_hit(self, line: bytes, hint: int, patterns: int) -> int:
         """Offset of the first keyword (or keyword-less pattern match) in ``line``; 0 if none."""
