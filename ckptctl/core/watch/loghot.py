@@ -31,6 +31,7 @@ from types import CodeType
 from typing import Protocol
 
 from ckptctl.core.watch import logparts
+from ckptctl.core.watch.logbatch import batch_reader
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.logparts import read_rest
 from ckptctl.core.watch.logrecipe import Template
@@ -82,7 +83,20 @@ def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: 
         return None
     p = fast.p
     restarts = p.restarts
-    for i, groups in enumerate(found):
+    batch = t.batch
+    if batch is False:
+        batch = t.batch = batch_reader(t, p.recipe_code)
+    start = 0
+    if batch is not None and p.plain:
+        start = batch(found, line_no, p, out)  # (the parts up to the first its recipe does not give a point for)
+        if start:
+            fast.hits += start
+            if not restarts.settled:
+                restarts.saw_point()
+            if start == len(found):
+                return t
+    for i in range(start, len(found)):
+        groups = found[i]
         if p.plain:
             event = read(groups, line_no, p)
             if event:
