@@ -77,7 +77,7 @@ def batch_source(source: str, groups: int, plain: set[int] | None = None) -> str
     for line in lines[2:]:
         if line == LOCK:
             continue  # (checked once, above: no recipe line changes the lock)
-        if "P.lock(" in line or "P.pending" in line or "found" in line or "append" in line or re.search(r"\bi\b", line):
+        if "P.lock(" in line or "P.pending" in line or re.search(r"\b(?:i|found|append|last)\b", line):
             return None
         if any(int(k) >= groups for k in _GROUP_RE.findall(line)):
             return None
@@ -92,8 +92,33 @@ def batch_source(source: str, groups: int, plain: set[int] | None = None) -> str
         out.append("    " + body)
     if not lines[-1].startswith(POINT):
         return None
+    out += _after_points(out)
     out.append("    return i")
-    return "\n".join(_reuse(out, 4, plain or set())) + "\n"
+    loop = next(k for k, line in enumerate(out) if line.startswith("    for "))
+    return "\n".join(_reuse(out, loop, plain or set())) + "\n"
+
+
+#: Lines of a recipe after its last ``return None``/``False``: each part that gets to them gives a point.
+_SET_ONCE = ("        P.in_eval = False", "        P.epoch_header = None")
+_REDRAW = ("        redraw = step == P.last_bar_step", "        P.last_bar_step = step")
+
+
+def _after_points(out: list[str]) -> list[str]:
+    """What the loop's points set, set once after it (``out``: the batch reader so far, changed):
+    the flags every point clears, and the last bar step as a local (each point compares with the
+    previous one's). These lines come after every ``break``: a part that sets them gives a point."""
+    last_break = max((k for k, line in enumerate(out) if line.endswith("break")), default=0)
+    after: list[str] = []
+    if all(line in out[last_break:] for line in _SET_ONCE):
+        for line in _SET_ONCE:
+            out.remove(line)
+        after.append("    if i: " + "; ".join(line.strip() for line in _SET_ONCE))
+    if all(line in out[last_break:] for line in _REDRAW) and sum("last_bar_step" in line for line in out) == 2:
+        out[out.index(_REDRAW[0])] = "        redraw = step == last"
+        out[out.index(_REDRAW[1])] = "        last = step"
+        out.insert(out.index("    i = 0"), "    last = P.last_bar_step")
+        after.append("    P.last_bar_step = last")
+    return after
 
 
 def _reuse(out: list[str], loop: int, plain: set[int]) -> list[str]:
@@ -103,17 +128,18 @@ def _reuse(out: list[str], loop: int, plain: set[int]) -> list[str]:
     number never raises, so converting it at the top of the loop changes nothing else. Only the
     groups in ``plain`` (numbers written with digits: never a NaN, whose points compare unequal
     to themselves only when their NaNs are distinct objects)."""
-    convs: dict[str, str] = {}
+    convs: dict[tuple[str, str], str] = {}  # (conversion, group) -> its variable
     for m in _CONV_RE.finditer("\n".join(out[loop + 1 :])):
-        if int(m.group(2)) not in plain:
-            continue
-        if convs.setdefault(m.group(2), m.group(1)) != m.group(1):
-            return out  # (one group read two ways: left as it is)
+        if int(m.group(2)) in plain:
+            convs.setdefault((m.group(1), m.group(2)), f"c{len(convs)}")
     if not convs:
         return out
-    head = [f"    s{k} = None; c{k} = None" for k in convs]
-    top = [f"        if g{k} != s{k}: s{k} = g{k}; c{k} = {conv}(g{k})" for k, conv in convs.items()]
-    body = [_CONV_RE.sub(lambda m: f"c{m.group(2)}" if m.group(2) in convs else m.group(), line) for line in out[loop + 1 :]]
+    head = [f"    s{k} = None" for k in sorted({k for _c, k in convs})] + [f"    {v} = None" for v in convs.values()]
+    top: list[str] = []
+    for k in sorted({k for _c, k in convs}):
+        sets = "; ".join(f"{v} = {c}(g{k})" for (c, kk), v in convs.items() if kk == k)
+        top.append(f"        if g{k} != s{k}: s{k} = g{k}; {sets}")
+    body = [_CONV_RE.sub(lambda m: convs.get((m.group(1), m.group(2)), m.group()), line) for line in out[loop + 1 :]]
     return out[:loop] + head + [out[loop]] + top + body
 
 

@@ -256,14 +256,14 @@ class FastPath:
         p.num_lines += 1
         line_no = p.num_lines
         by_key = self.by_key
-        parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
         plan = self.prev_plan  # (the last line's plan, guessed as templates are: ``loghot``)
         if plan is not None and "0x" not in line and (m := plan.regex.fullmatch(line)) is not None and self.plans.get(plan.key, _NO_PLANS)[0] is plan:
             self.plan_hits += 1
-            run_plan(self, plan, m.groups(), parts, line_no, out)
+            run_plan(self, plan, m.groups(), line, line_no, out)
             return
+        parts = line.split("\r")
         if "0x" in line:
             keys: Iterable[bytes] = map(line_key, parts)
         else:
@@ -274,7 +274,7 @@ class FastPath:
                 if m is not None:
                     self.plan_hits += 1
                     self.prev_plan = plan if plan.key else None
-                    run_plan(self, plan, m.groups(), parts, line_no, out)
+                    run_plan(self, plan, m.groups(), line, line_no, out)
                     return
             state = self.plan_state.get(whole)
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):

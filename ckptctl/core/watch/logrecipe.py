@@ -374,8 +374,14 @@ def _codegen(
         # the bar's epoch: the line's whole epoch, else its outer counter, else the parser's
         outer = f"int(g[{outer_g}])" if outer_g >= 0 else "P.epoch_ctx"
         e_sure = whole is True or outer_g >= 0
-        L.append(f"{ind}e = " + ("int(epoch)" if whole is True else outer if whole is False else f"int(epoch) if whole else {outer}"))
+        last_epoch = [i for op, i, _k in plan.ops if op == OP_EPOCH][-1:]
+        if whole is True:  # (the epoch's digits: its float is already the epoch, as ``float(int(...))``)
+            L.append(f"{ind}e = int(g[{groups[last_epoch[0]]}])")
+        else:
+            L.append(f"{ind}e = " + (outer if whole is False else f"int(epoch) if whole else {outer}"))
         body = ["step = e * t + n if t else n", "epoch = float(e)", "if t: axis = _EPOCH_BATCH; epoch_len = t"] if t_g >= 0 else ["step = n", "epoch = float(e)"]
+        if whole is True:
+            body.remove("epoch = float(e)")
         if e_sure:
             L += [ind + b for b in body]
         else:
