@@ -40,7 +40,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
-from ckptctl.core.watch.loghot import captured, guess_key, read_repeated
+from ckptctl.core.watch.loghot import captured, guess_key, guess_repeated, read_repeated
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -174,6 +174,7 @@ class FastPath:
         lines read part by part since the last one."""
         self.prev: Template | None = None
         self.prev_plan: Plan | None = None
+        self.prev_rep: Template | None = None
         """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
         setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
@@ -263,6 +264,8 @@ class FastPath:
             self.plan_hits += 1
             run_plan(self, plan, m.groups(), line, line_no, out)
             return
+        if "0x" not in line and guess_repeated(self, line, line_no, out):
+            return  # (a bar redrawn in the last such line's shape: ``loghot``)
         parts = line.split("\r")
         if "0x" in line:
             keys: Iterable[bytes] = map(line_key, parts)
@@ -284,7 +287,7 @@ class FastPath:
                 t = read_repeated(self, keys[0], line, parts, line_no, out)  # (a bar redrawn in one shape: ``loghot``)
                 if t is not None:
                     if used is not None and p.plain:
-                        note_line(self, whole, parts, [t] * len(parts))  # (as the loop below: the plan comes the same)
+                        note_line(self, whole, line, [t] * len(parts))  # (as the loop below: the plan comes the same)
                     return
         restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
@@ -318,7 +321,7 @@ class FastPath:
             used = None
             p.feed_part(part, line_no, True, out)
         if used is not None and any(used):
-            note_line(self, whole, parts, used)
+            note_line(self, whole, line, used)
 
     def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
         """A part its template reads as no event: what the general reader does then (a start-up
@@ -376,7 +379,7 @@ class FastPath:
             self.plans.clear()
             self.plan_state.clear()
             self.count = 0
-            self.prev = self.prev_plan = None
+            self.prev = self.prev_plan = self.prev_rep = None
         self.count += 1
         known.insert(0, t)
         if len(known) > MAX_PER_KEY:

@@ -109,7 +109,7 @@ class Fast(Protocol):
     def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None: ...
 
 
-def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | None]) -> None:
+def note_line(fast: Fast, whole: bytes, line: str, used: list[Template | None]) -> None:
     """A line of key ``whole`` read part by part, every part by a template (``used``): its plan is
     made after ``PLAN_AFTER`` such lines (a plan's compile costs what a few hundred lines read
     part by part do), at most ``MAX_PLAN_BUILDS`` times per key."""
@@ -124,7 +124,7 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
         return
     state[0] += 1
     state[1] = 0
-    made = make_plan(parts, used)
+    made = make_plan(line.split("\r"), used)
     if made is not None:
         made.key = whole if all(t is None or t.key for t in used) else b""
         plans = fast.plans.setdefault(whole, [])
