@@ -33,6 +33,9 @@ _GROUP_RE = re.compile(r"\bg\[(\d+)\]")
 _CONV_RE = re.compile(r"\b(_f|int)\(g(\d+)\)")
 _RETURN_RE = re.compile(r"\breturn (?:None|False)$")
 _MAX_CODES = 512
+#: Number texts kept with their floats per parser (``FastPath.floats``): short numbers repeat (a bar's
+#: epoch, rate and rounded loss); emptied when full.
+MEMO = 2048
 
 BatchReader = Callable[[list[tuple[str, ...]], int, Any, list[Any]], int]
 
@@ -137,13 +140,24 @@ def _reuse(out: list[str], loop: int, plain: set[int]) -> list[str]:
     head = [f"    s{k} = None" for k in sorted({k for _c, k in convs})] + [f"    {v} = None" for v in convs.values()]
     top: list[str] = []
     for k in sorted({k for _c, k in convs}):
-        sets = "; ".join(f"{v} = {c}(g{k})" for (c, kk), v in convs.items() if kk == k)
+        mine = [(c, v) for (c, kk), v in convs.items() if kk == k]
+        if mine[0][0] == "_f" and len(mine) == 1:  # (a float: from the parser's memo of number texts)
+            v = mine[0][1]
+            top += [
+                f"        {v} = _FM.get(g{k})",
+                f"        if {v} is None:",
+                f"            {v} = _f(g{k})",
+                f"            if len(_FM) >= {MEMO}: _FM.clear()",
+                f"            _FM[g{k}] = {v}",
+            ]
+            continue
+        sets = "; ".join(f"{v} = {c}(g{k})" for c, v in mine)
         top.append(f"        if g{k} != s{k}: s{k} = g{k}; {sets}")
     body = [_CONV_RE.sub(lambda m: convs.get((m.group(1), m.group(2)), m.group()), line) for line in out[loop + 1 :]]
     return out[:loop] + head + [out[loop]] + top + body
 
 
-def batch_reader(t: Template, cache: dict[str, CodeType]) -> BatchReader | None:
+def batch_reader(t: Template, cache: dict[str, CodeType], floats: dict[str, float]) -> BatchReader | None:
     """``t``'s batch reader (``cache``: compiled sources, the parser's ``recipe_code``), or None."""
     read = t.read
     if read is None:
@@ -159,6 +173,7 @@ def batch_reader(t: Template, cache: dict[str, CodeType]) -> BatchReader | None:
             cache.clear()
         code = cache[source] = compile(source, "<ckptctl.logfast batch>", "exec")
     namespace = read.__globals__  # (the recipe's own names: ``_fmt``, ``_shape``, ``_LP`` ...)
+    namespace["_FM"] = floats
     exec(code, namespace)  # our own code (``logrecipe._codegen``'s, in a loop)
     reader: BatchReader = namespace.pop("read_all")
     return reader

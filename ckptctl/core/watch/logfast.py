@@ -175,6 +175,7 @@ class FastPath:
         self.prev: Template | None = None
         self.prev_plan: Plan | None = None
         self.prev_rep: Template | None = None
+        self.floats: dict[str, float] = {}  # (number texts read by batch readers: ``logbatch.MEMO``)
         """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
         setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 

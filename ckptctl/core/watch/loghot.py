@@ -51,6 +51,7 @@ class Fast(logparts.Fast, Protocol):
 
     by_key: dict[bytes, list[Template]]
     prev_rep: Template | None
+    floats: dict[str, float]
 
 
 def guess_key(t: Template, part: str, key: bytes) -> bytes:
@@ -122,7 +123,7 @@ def _read_found(fast: Fast, t: Template, found: list[tuple[str, ...]], line: str
     restarts = p.restarts
     batch = t.batch
     if batch is False:
-        batch = t.batch = batch_reader(t, p.recipe_code)
+        batch = t.batch = batch_reader(t, p.recipe_code, fast.floats)
     start = 0
     if batch is not None and p.plain:
         start = batch(found, line_no, p, out)  # (the parts up to the first its recipe does not give a point for)
