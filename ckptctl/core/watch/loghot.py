@@ -79,6 +79,7 @@ def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: 
         except (re.error, RecursionError, OverflowError):
             multi = _NEVER
         t.multi = multi
+        t.batch = batch_reader(t, fast.p.recipe_code, fast.floats)
     found = multi.findall(line)
     if len(found) != len(parts):
         # (no match spans a \r, and each starts and ends at a part's ends: one per part, or a part missed)
@@ -122,8 +123,6 @@ def _read_found(fast: Fast, t: Template, found: list[tuple[str, ...]], line: str
     p = fast.p
     restarts = p.restarts
     batch = t.batch
-    if batch is False:
-        batch = t.batch = batch_reader(t, p.recipe_code, fast.floats)
     start = 0
     if batch is not None and p.plain:
         start = batch(found, line_no, p, out)  # (the parts up to the first its recipe does not give a point for)

@@ -107,8 +107,8 @@ class Template:
         """The template of the line that came after one of this template last time (``loghot``)."""
         self.multi: re.Pattern[str] | None = None
         """Its regex for a whole line of ``\\r``-separated parts it all matches (``loghot``; made on first use)."""
-        self.batch: Callable[..., int] | None | bool = False
-        """Its recipe for all the parts of such a line in one call (``logbatch``; made on first use,
+        self.batch: Callable[..., int] | None = None
+        """Its recipe for all the parts of such a line in one call (``logbatch``; made with ``multi``,
         None: it has none)."""
 
 
