@@ -112,11 +112,11 @@ def _after_points(out: list[str]) -> list[str]:
     previous one's). These lines come after every ``break``: a part that sets them gives a point."""
     last_break = max((k for k, line in enumerate(out) if line.endswith("break")), default=0)
     after: list[str] = []
-    if all(line in out[last_break:] for line in _SET_ONCE):
+    if all(line in out[last_break:] and out.count(line) == 1 for line in _SET_ONCE):
         for line in _SET_ONCE:
             out.remove(line)
         after.append("    if i: " + "; ".join(line.strip() for line in _SET_ONCE))
-    if all(line in out[last_break:] for line in _REDRAW) and sum("last_bar_step" in line for line in out) == 2:
+    if all(line in out[last_break:] and out.count(line) == 1 for line in _REDRAW) and sum("last_bar_step" in line for line in out) == 2:
         out[out.index(_REDRAW[0])] = "        redraw = step == last"
         out[out.index(_REDRAW[1])] = "        last = step"
         out.insert(out.index("    i = 0"), "    last = P.last_bar_step")
