@@ -40,7 +40,7 @@ from ckptctl.core.watch.logevents import (
     match_marker,
 )
 from ckptctl.core.watch.logextras import is_list_line, prefix_dict_record
-from ckptctl.core.watch.loghot import captured, guess_key, read_repeated
+from ckptctl.core.watch.loghot import captured, guess_key, guess_repeated, read_repeated
 from ckptctl.core.watch.logkeys import NUM
 from ckptctl.core.watch.logparts import (
     MAX_PER_KEY,
@@ -174,6 +174,8 @@ class FastPath:
         lines read part by part since the last one."""
         self.prev: Template | None = None
         self.prev_plan: Plan | None = None
+        self.prev_rep: Template | None = None
+        self.floats: dict[str, float] = {}  # (number texts read by batch readers: ``logbatch.MEMO``)
         """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
         setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
@@ -256,14 +258,16 @@ class FastPath:
         p.num_lines += 1
         line_no = p.num_lines
         by_key = self.by_key
-        parts = line.split("\r")
         used: list[Template | None] | None = None
         whole = b""
         plan = self.prev_plan  # (the last line's plan, guessed as templates are: ``loghot``)
         if plan is not None and "0x" not in line and (m := plan.regex.fullmatch(line)) is not None and self.plans.get(plan.key, _NO_PLANS)[0] is plan:
             self.plan_hits += 1
-            run_plan(self, plan, m.groups(), parts, line_no, out)
+            run_plan(self, plan, m.groups(), line, line_no, out)
             return
+        if "0x" not in line and guess_repeated(self, line, line_no, out):
+            return  # (a bar redrawn in the last such line's shape: ``loghot``)
+        parts = line.split("\r")
         if "0x" in line:
             keys: Iterable[bytes] = map(line_key, parts)
         else:
@@ -274,7 +278,7 @@ class FastPath:
                 if m is not None:
                     self.plan_hits += 1
                     self.prev_plan = plan if plan.key else None
-                    run_plan(self, plan, m.groups(), parts, line_no, out)
+                    run_plan(self, plan, m.groups(), line, line_no, out)
                     return
             state = self.plan_state.get(whole)
             if p.plain and (state is None or state[0] < MAX_PLAN_BUILDS):
@@ -284,7 +288,7 @@ class FastPath:
                 t = read_repeated(self, keys[0], line, parts, line_no, out)  # (a bar redrawn in one shape: ``loghot``)
                 if t is not None:
                     if used is not None and p.plain:
-                        note_line(self, whole, parts, [t] * len(parts))  # (as the loop below: the plan comes the same)
+                        note_line(self, whole, line, [t] * len(parts))  # (as the loop below: the plan comes the same)
                     return
         restarts = p.restarts
         for part, key in zip(parts, keys, strict=True):
@@ -318,7 +322,7 @@ class FastPath:
             used = None
             p.feed_part(part, line_no, True, out)
         if used is not None and any(used):
-            note_line(self, whole, parts, used)
+            note_line(self, whole, line, used)
 
     def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None:
         """A part its template reads as no event: what the general reader does then (a start-up
@@ -376,7 +380,7 @@ class FastPath:
             self.plans.clear()
             self.plan_state.clear()
             self.count = 0
-            self.prev = self.prev_plan = None
+            self.prev = self.prev_plan = self.prev_rep = None
         self.count += 1
         known.insert(0, t)
         if len(known) > MAX_PER_KEY:

@@ -31,6 +31,7 @@ from types import CodeType
 from typing import Protocol
 
 from ckptctl.core.watch import logparts
+from ckptctl.core.watch.logbatch import batch_reader
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.logparts import read_rest
 from ckptctl.core.watch.logrecipe import Template
@@ -42,12 +43,15 @@ _MAX_CODES = 512
 _GROUP_RE = re.compile(r"\bg\[(\d+)\]")
 #: The ``multi`` of a template whose whole-line regex failed once (its parts vary in width): never tried again.
 _NEVER = re.compile(r"(?!)")
+_NO_TEMPLATES: list[Template | None] = [None]
 
 
 class Fast(logparts.Fast, Protocol):
     """What the shortcuts use of ``logfast.FastPath``."""
 
     by_key: dict[bytes, list[Template]]
+    prev_rep: Template | None
+    floats: dict[str, float]
 
 
 def guess_key(t: Template, part: str, key: bytes) -> bytes:
@@ -75,14 +79,64 @@ def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: 
         except (re.error, RecursionError, OverflowError):
             multi = _NEVER
         t.multi = multi
+        t.batch = batch_reader(t, fast.p.recipe_code, fast.floats)
     found = multi.findall(line)
     if len(found) != len(parts):
         # (no match spans a \r, and each starts and ends at a part's ends: one per part, or a part missed)
         t.multi = _NEVER
         return None
+    _read_found(fast, t, found, line, line_no, out)
+    if t.key:
+        fast.prev_rep = t
+    return t
+
+
+def guess_repeated(fast: Fast, line: str, line_no: int, out: list[LogEvent]) -> bool:
+    """``line`` (no hex word in it) read as ``logfast._parts`` would, by the template the last line
+    of repeated parts was read by, without the line's key (True), or nothing was done (False).
+
+    That template is guessed as the next one is for single lines: when its whole-part ``findall``
+    matches every part, every part has its key (it fixes every character but ASCII digits); when it
+    is still its key's first template and no line plan is kept for the line's key (plans come
+    first), ``_parts`` would have read the line by ``read_repeated`` with it, and noted it the same."""
+    t = fast.prev_rep
+    if t is None:
+        return False
+    n = line.count("\r") + 1
+    found = t.multi.findall(line) if t.multi is not None and n > 2 else ()
+    if len(found) != n or fast.by_key.get(t.key, _NO_TEMPLATES)[0] is not t:
+        return False
+    whole = b"\r".join([t.key] * n)
+    if whole in fast.plans:
+        return False
+    p = fast.p
+    state = fast.plan_state.get(whole)
+    note = p.plain and (state is None or state[0] < logparts.MAX_PLAN_BUILDS)
+    _read_found(fast, t, found, line, line_no, out)  # type: ignore[arg-type]
+    if note and p.plain:
+        logparts.note_line(fast, whole, line, [t] * n)
+    return True
+
+
+def _read_found(fast: Fast, t: Template, found: list[tuple[str, ...]], line: str, line_no: int, out: list[LogEvent]) -> None:
+    """The parts of ``line``, each matched by ``t`` (``found``: their groups), read in order."""
     p = fast.p
     restarts = p.restarts
-    for i, groups in enumerate(found):
+    batch = t.batch
+    start = 0
+    if batch is not None and p.plain:
+        start = batch(found, line_no, p, out)  # (the parts up to the first its recipe does not give a point for)
+        if start:
+            fast.hits += start
+            if not restarts.settled:
+                restarts.saw_point()
+            if start == len(found):
+                return
+    read = t.read
+    assert read is not None
+    parts = line.split("\r")
+    for i in range(start, len(found)):
+        groups = found[i]
         if p.plain:
             event = read(groups, line_no, p)
             if event:
@@ -94,7 +148,6 @@ def read_repeated(fast: Fast, key: bytes, line: str, parts: list[str], line_no: 
             read_rest(fast, t, event, parts[i], line_no, out)
             continue
         p.feed_part(parts[i], line_no, True, out)
-    return t
 
 
 def captured(t: Template, regex_text: str, recipe_code: dict[str, CodeType]) -> str:

@@ -109,7 +109,7 @@ class Fast(Protocol):
     def nothing(self, t: Template, part: str, line_no: int, multi: bool, out: list[LogEvent]) -> None: ...
 
 
-def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | None]) -> None:
+def note_line(fast: Fast, whole: bytes, line: str, used: list[Template | None]) -> None:
     """A line of key ``whole`` read part by part, every part by a template (``used``): its plan is
     made after ``PLAN_AFTER`` such lines (a plan's compile costs what a few hundred lines read
     part by part do), at most ``MAX_PLAN_BUILDS`` times per key."""
@@ -124,7 +124,7 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
         return
     state[0] += 1
     state[1] = 0
-    made = make_plan(parts, used)
+    made = make_plan(line.split("\r"), used)
     if made is not None:
         made.key = whole if all(t is None or t.key for t in used) else b""
         plans = fast.plans.setdefault(whole, [])
@@ -132,14 +132,19 @@ def note_line(fast: Fast, whole: bytes, parts: list[str], used: list[Template | 
         del plans[MAX_PER_KEY:]  # the oldest: a number grew a digit where widths are kept exact
 
 
-def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], line_no: int, out: list[LogEvent]) -> None:
-    """The parts of a line its plan's regex matched whole: what the part-by-part loop does."""
+def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], line: str, line_no: int, out: list[LogEvent]) -> None:
+    """The parts of a ``line`` its plan's regex matched whole: what the part-by-part loop does (the
+    line is split into its parts only when a part's text is needed: a record's part that gives a
+    point needs only its groups)."""
     p = fast.p
+    parts: list[str] | None = None
     for i, j, t, a, b in plan.ops:
         if t is None:  # parts that give nothing: only counted, or kept as a sample or read (not plain)
             if p.plain and not (b & SAMPLE and len(p.unread_samples) < 3) and not (b & PENDING and p.pending is not None):
                 fast.hits += a
                 continue
+            if parts is None:
+                parts = line.split("\r")
             for k in range(i, j):
                 tk = plan.steps[k][0]
                 if tk is None:
@@ -149,6 +154,20 @@ def run_plan(fast: Fast, plan: Plan, groups: tuple[str, ...], parts: list[str], 
                 else:
                     p.feed_part(parts[k], line_no, True, out)
             continue
+        if p.plain and (read := t.read) is not None:  # (``read_part``, its common case inline)
+            event = read(groups[a:b], line_no, p)
+            if event:
+                out.append(event)
+                if not p.restarts.settled:
+                    p.restarts.saw_point()
+                fast.hits += 1
+                continue
+            if parts is None:
+                parts = line.split("\r")
+            read_rest(fast, t, event, parts[i], line_no, out)
+            continue
+        if parts is None:
+            parts = line.split("\r")
         if p.plain:
             read_part(fast, t, groups[a:b], parts[i], line_no, out)
         else:

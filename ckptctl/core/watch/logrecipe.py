@@ -87,7 +87,7 @@ class Parser(Protocol):
 class Template:
     """One line shape: its regex over the raw line, what it gives, and how to read its groups."""
 
-    __slots__ = ("failure", "key", "kind", "metric_like", "multi", "next", "read", "regex", "shape", "source")
+    __slots__ = ("batch", "failure", "key", "kind", "metric_like", "multi", "next", "read", "regex", "shape", "source")
 
     def __init__(self, regex: re.Pattern[str], kind: int, shape: str | None, failure: bool, metric_like: bool | None) -> None:
         self.regex = regex
@@ -107,6 +107,9 @@ class Template:
         """The template of the line that came after one of this template last time (``loghot``)."""
         self.multi: re.Pattern[str] | None = None
         """Its regex for a whole line of ``\\r``-separated parts it all matches (``loghot``; made on first use)."""
+        self.batch: Callable[..., int] | None = None
+        """Its recipe for all the parts of such a line in one call (``logbatch``; made with ``multi``,
+        None: it has none)."""
 
 
 class Numbers:
@@ -279,8 +282,6 @@ def _codegen(
         if op == OP_METRIC and kind not in first:
             first[kind] = val(i)
     L += ["    metrics = {" + ", ".join(f"{k!r}: {v}" for k, v in first.items()) + "}"]
-    if has_epoch:
-        L += ["    epoch = None", "    epoch_total = None"]
     if has_rank:
         L.append("    rank = None")
     if has_wall:
@@ -297,8 +298,7 @@ def _codegen(
             if kind not in sure:
                 L.append(f"    elif {kind!r} not in metrics: metrics[{kind!r}] = {scaled}")
         elif op == OP_EPOCH:
-            total = f"_fc(g[{totals[i]}])" if totals[i] >= 0 else "None"
-            L.append(f"    epoch = {val(i)}; epoch_total = {total}")
+            L.append(f"    epoch = {val(i)}")  # (its total is no part of a point)
         elif op == OP_RANK:
             L += [f"    v = {val(i)}", f"    rank = int(v) if {_COUNT} else None"]
         elif op == OP_WALL:
@@ -331,71 +331,98 @@ def _codegen(
     epoch = "epoch" if has_epoch else "None"
     if dict_style is not None:
         style, keys_ok = dict_style
+        no_step = not plan.steps  # (the step is None whatever the values: folded)
         if style == "jsonl" or not keys_ok:
             L.append("    if step is None: return False")
+        if not no_step:
+            L.append("    P.in_eval = False" if step_sure else "    if step is not None: P.in_eval = False")
         L += [
-            "    if step is not None: P.in_eval = False",
             "    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False",
             f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, False, metrics, {wall}, _STEP, None, '', False))",
         ]
         return "\n".join(L) + "\n"
-    # LossLogParser.record: the rules that need more than the keys
+    # LossLogParser.record: the rules that need more than the keys, with what the template fixes
+    # folded in: whether the step is set here ("sure"), never by the keys ("none") or by the
+    # values ("maybe"); whether the epoch is whole (True, False, or None: by its value)
+    step_is = "sure" if step_sure else "none" if not plan.steps else "maybe"
     if has_nan:
         L.append("    if nan_count > 0: return None")  # (rare: the general reader says it)
+    whole: bool | None = False
     if has_epoch and all(groups[i] in nums.digits and convs[i] == "_f" for op, i, _k in plan.ops if op == OP_EPOCH):
-        L.append("    whole = True")  # (every epoch of the line is digits only, at most 15: a whole number)
+        whole = True  # (every epoch of the line is digits only, at most 15: a whole number)
     elif has_epoch:
+        whole = None
         L += [
             "    if epoch is not None and (epoch != epoch or epoch in _INFS): epoch = None",
             "    whole = epoch is not None and 0 <= epoch < 9007199254740992 and epoch == int(epoch)",
         ]
-    else:
-        L.append("    whole = False")
-    L.append("    axis = _STEP; epoch_len = None")
-    redraw = "False"
-    if counter is not None:
+    dyn_axis = step_is != "sure" and (counter is not None or (has_epoch and whole is not False))
+    if dyn_axis:
+        L.append("    axis = _STEP; epoch_len = None")
+    from_bar = "False"
+    if counter is not None and step_is != "sure":
         n_g, t_g, outer_g = counter
         if not has_epoch:
             L.append("    epoch = None")
-        L += [
-            "    from_bar = False",
-            "    if step is None:",
-            f"        n = int(g[{n_g}])",
-            f"        t = int(g[{t_g}])" if t_g >= 0 else "        t = 0",
-        ]
+        ind = "    "
+        if step_is == "maybe":
+            L += ["    from_bar = False", "    if step is None:"]
+            ind = "        "
+        L.append(f"{ind}n = int(g[{n_g}])")
         if t_g >= 0:
-            L.append("        if n > t: return None")
-        L += [
-            f"        outer = int(g[{outer_g}])" if outer_g >= 0 else "        outer = None",
-            "        e = int(epoch) if whole else outer if outer is not None else P.epoch_ctx",
-            "        if e is not None:",
-            "            step = e * t + n if t else n",
-            "            epoch = float(e)",
-            "            if t: axis = _EPOCH_BATCH; epoch_len = t",
-            "        else:",
-            "            step = n",
-            "        from_bar = True",
-        ]
+            L += [f"{ind}t = int(g[{t_g}])", f"{ind}if n > t: return None"]
+        # the bar's epoch: the line's whole epoch, else its outer counter, else the parser's
+        outer = f"int(g[{outer_g}])" if outer_g >= 0 else "P.epoch_ctx"
+        e_sure = whole is True or outer_g >= 0
+        last_epoch = [i for op, i, _k in plan.ops if op == OP_EPOCH][-1:]
+        if whole is True:  # (the epoch's digits: its float is already the epoch, as ``float(int(...))``)
+            L.append(f"{ind}e = int(g[{groups[last_epoch[0]]}])")
+        else:
+            L.append(f"{ind}e = " + (outer if whole is False else f"int(epoch) if whole else {outer}"))
+        body = ["step = e * t + n if t else n", "epoch = float(e)", "if t: axis = _EPOCH_BATCH; epoch_len = t"] if t_g >= 0 else ["step = n", "epoch = float(e)"]
+        if whole is True:
+            body.remove("epoch = float(e)")
+        if e_sure:
+            L += [ind + b for b in body]
+        else:
+            L += [f"{ind}if e is not None:"] + [ind + "    " + b for b in body] + [f"{ind}else:", f"{ind}    step = n"]
+        if step_is == "maybe":
+            L.append("        from_bar = True")
+            from_bar = "from_bar"
+        else:
+            from_bar = "True"  # (no step field: every line's step is its counter's)
+            step_is = "sure"
         epoch = "epoch"
-        redraw = "redraw"
-    if has_epoch:
-        L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
+    if has_epoch and step_is != "sure" and whole is not False:
+        if whole is None:
+            L.append("    if step is None and whole: step = int(epoch); axis = _EPOCH")
+        elif step_is == "none":
+            L.append("    step = int(epoch); axis = _EPOCH")
+            step_is = "sure"
+        else:
+            L.append("    if step is None: step = int(epoch); axis = _EPOCH")
     # (LossLogParser.record: a line with a loss ends an "Epoch 3/20" header's reach)
-    L += [] if step_sure else ["    if step is None: return None"]
+    L += [] if step_is == "sure" else ["    if step is None: return None"]
     L += ["    P.in_eval = False", "    P.epoch_header = None"]
     if weak:
         L.append("    if _shape not in P.weak_shapes: return None")  # (the first of its shape: held by the reader)
         L.append("    if P.locked != _fmt and not P.lock(_fmt, True): return False")
     else:
         L.append("    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False")
-    if counter is not None:
+    redraw = "False"
+    if from_bar == "True":
+        L += ["    redraw = step == P.last_bar_step", "    P.last_bar_step = step"]
+        redraw = "redraw"
+    elif from_bar == "from_bar":
         L += [
             "    redraw = False",
             "    if from_bar:",
             "        redraw = step == P.last_bar_step",
             "        P.last_bar_step = step",
         ]
+        redraw = "redraw"
+    axis, epoch_len = ("axis", "epoch_len") if dyn_axis else ("_STEP", "None")
     L.append(
-        f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, {redraw}, metrics, {wall}, axis, epoch_len, _shape, _relative))"
+        f"    return _new(_LP, (step, loss, line_no, _pfmt, {rank}, {epoch}, {redraw}, metrics, {wall}, {axis}, {epoch_len}, _shape, _relative))"
     )
     return "\n".join(L) + "\n"
