@@ -1,0 +1,148 @@
+"""Round-9a vocabularies (accelerators beyond NVIDIA's XIDs and their node tools): amdgpu's RAS
+reports (deferred / poison consumption / correctable counts, the "in total" wording), the rest
+of its page-fault report, its init and mode-reset failures, amd-smi / rocm-smi RAS counters,
+``dcgmi health -c``'s rows, libtpu's unexpected halt, NCCL/RCCL's P2P IPC failures, and HIP's
+hipError_t as a whole set.
+
+Lines written for this test in each producer's wording (its source, named in the catalogs'
+``source:``), labelled before running.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.classify_helpers import MATCHER, SIGNATURES, line_verdict, verdict_of
+
+# (line, signature, verdict category, verdict confidence)
+CASES = [
+    # amdgpu RAS: poisoned data in the GPU's memory, consumed or caught
+    ("[ 9120.118302] amdgpu 0000:05:00.0: amdgpu: {31} socket: 0, die: 2, 4 new deferred hardware errors "
+     "detected in umc block", "amdgpu-ras-deferred", "infra", "medium"),
+    ("amdgpu 0000:26:00.0: amdgpu: socket: 1, die: 0, 1 new poison consumption detected in sdma block",
+     "amdgpu-ras-deferred", "infra", "medium"),
+    ("amdgpu 0000:26:00.0: amdgpu: socket: 1, die: 0, 6 deferred hardware errors detected in total in umc block",
+     "amdgpu-ras-deferred", "infra", "medium"),
+    # ... the uncorrectable count in its newer "in total" wording
+    ("amdgpu 0000:75:00.0: amdgpu: {2} socket: 3, die: 1, 2 uncorrectable hardware errors detected in total "
+     "in umc block", "amdgpu-ras-uncorrectable", "infra", "high"),
+    # ... corrected by the hardware: evidence at low
+    ("Mar 03 11:02:19 mi-n21 kernel: amdgpu 0000:8c:00.0: {9}socket: 5, die: 0, 230 new correctable hardware "
+     "errors detected in xgmi_wafl block", "amdgpu-ras-correctable", "infra", "low"),
+    ("amdgpu 0000:8c:00.0: amdgpu: socket: 5, die: 0 1 correctable hardware errors detected in mmhub block, "
+     "no user action is needed", "amdgpu-ras-correctable", "infra", "low"),
+    # amdgpu's page-fault report without its header: the program's fault, at low
+    ("[ 3011.552120] amdgpu 0000:c4:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00B40A30",
+     "amdgpu-page-fault-detail", "job", "low"),
+    ("[ 3011.552131] amdgpu 0000:c4:00.0: amdgpu:          Faulty UTCL2 client ID: CPC (0x5)",
+     "amdgpu-page-fault-detail", "job", "low"),
+    ("amdgpu 0000:43:00.0: amdgpu:   in page starting at address 0x00007a1c00a00000 from IH client 0x12 (VMC)",
+     "amdgpu-page-fault-detail", "job", "low"),
+    ("amdgpu 0000:43:00.0: amdgpu: MMVM_L2_PROTECTION_FAULT_STATUS_LO32:0x00000B33",
+     "amdgpu-page-fault-detail", "job", "low"),
+    # amdgpu could not bring the GPU up or back
+    ("[   31.004412] amdgpu 0000:c1:00.0: amdgpu: Fatal error during GPU init", "amdgpu-init-failed", "infra", "medium"),
+    ("[   30.871250] [drm:amdgpu_device_ip_init [amdgpu]] *ERROR* hw_init of IP block <psp> failed -22",
+     "amdgpu-init-failed", "infra", "medium"),
+    ("amdgpu 0000:0f:00.0: amdgpu: GPU mode1 reset failed", "amdgpu-reset-failed", "infra", "high"),
+    ("amdgpu 0000:0f:00.0: amdgpu: Mode2 reset failed!", "amdgpu-reset-failed", "infra", "high"),
+    # the RAS counters as amd-smi / rocm-smi print them: readings of the state, low alone
+    ("        TOTAL_UNCORRECTABLE_COUNT: 3", "amdsmi-uncorrectable-count", "infra", "low"),
+    ("        TOTAL_DEFERRED_COUNT: 12", "amdsmi-uncorrectable-count", "infra", "low"),
+    ("            UNCORRECTABLE_COUNT: 1", "amdsmi-uncorrectable-count", "infra", "low"),
+    ("           UMC        ENABLED                  0                    4", "amdsmi-uncorrectable-count",
+     "infra", "low"),
+    # dcgmi health -c
+    ("|       -> Memory system    | Failure                                                  |",
+     "dcgmi-health-failure", "infra", "low"),
+    ("| Overall Health            | Failure                                                  |",
+     "dcgmi-health-failure", "infra", "low"),
+    ("|       -> InfoROM system   | Warning                                                  |",
+     "dcgmi-health-warning", "infra", "low"),
+    # libtpu's unexpected halt: the runtime blames the compiled program
+    ("E0102 18:40:11.204117   11873 real_program_continuator.cc:1331] 0x0x0_TC0: *** Halt is unexpected, all "
+     "pending programs will fail. This is likely an XLA compiler bug, please file a bug to xla-tpu@ and CC "
+     "tfrt-devs@.", "tpu-unexpected-halt", "job", "low"),
+    # NCCL / RCCL P2P IPC
+    ("mi-n04:7711:7790 [1] /opt/rocm/share/rccl/src/transport/p2p.cc:238 NCCL WARN hipIpcGetMemHandle failed : "
+     "invalid argument", "nccl-p2p-ipc-failed", "job", "low"),
+    ("gpu-a7:4410:4502 [6] transport/p2p.cc:326 NCCL WARN failed to peer with device 2(=41000): 1 invalid argument",
+     "nccl-p2p-ipc-failed", "job", "low"),
+]
+
+
+@pytest.mark.parametrize(("line", "sig_id", "category", "confidence"), CASES)
+def test_round9a_lines(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # zero counts and healthy rows are no evidence
+        "        TOTAL_UNCORRECTABLE_COUNT: 0",
+        "        TOTAL_DEFERRED_COUNT: 0",
+        "           UMC        ENABLED                  7                    0",
+        "          SDMA       DISABLED",
+        "| Overall Health            | Healthy                                                  |",
+        "|       -> PCIe system      | Healthy                                                  |",
+        # a count of zero in the RAS report
+        "amdgpu 0000:8c:00.0: amdgpu: socket: 5, die: 0, 0 correctable hardware errors detected in total in gfx block",
+    ],
+)
+def test_non_failures_make_no_cause(line: str) -> None:
+    assert verdict_of(line + "\n").category == "unknown"
+
+
+def test_deferred_error_and_reset_on_one_gpu_point_at_the_gpu() -> None:
+    text = (
+        "[ 812.100231] amdgpu 0000:1b:00.0: amdgpu: {3} socket: 0, die: 0, 2 new deferred hardware errors "
+        "detected in umc block\n"
+        "[ 812.100990] amdgpu 0000:1b:00.0: amdgpu: GPU reset begin!\n"
+        "HW Exception by GPU node-2 (Agent handle: 0x5a1c) reason :GPU Hang\n"
+    )
+    v = verdict_of(text, "mi-n07.dmesg")
+    assert v.category == "infra" and v.confidence in ("medium", "high")
+
+
+def test_correctable_count_alone_is_not_confident() -> None:
+    v = verdict_of("amdgpu 0000:8c:00.0: amdgpu: socket: 5, die: 0, 9 new correctable hardware errors detected "
+                   "in umc block\n")
+    assert (v.category, v.confidence) == ("infra", "low")
+
+
+def test_page_fault_detail_names_the_gpu() -> None:
+    v = verdict_of("Mar 03 11:02:19 mi-n21 kernel: amdgpu 0000:c4:00.0: amdgpu: "
+                   "GCVM_L2_PROTECTION_FAULT_STATUS:0x00B40A30\n", "kern.log")
+    assert v.category == "job"
+    assert v.root_cause is not None and (v.root_cause.gpu or "").startswith("0000:c4:00")
+
+
+# HIP's hipError_t, every member but hipSuccess (ROCm/HIP include/hip/hip_runtime_api.h, typedef
+# enum hipError_t, read for this round): each is in exactly one hip-error-* entry.
+HIP_ERRORS = """AlreadyAcquired AlreadyMapped ArrayIsMapped Assert CapturedEvent ContextAlreadyCurrent
+ContextAlreadyInUse ContextIsDestroyed CooperativeLaunchTooLarge Deinitialized ECCNotCorrectable FileNotFound
+GraphExecUpdateFailure HostMemoryAlreadyRegistered HostMemoryNotRegistered IllegalAddress IllegalState
+InitializationError InsufficientDriver InvalidChannelDescriptor InvalidConfiguration InvalidContext InvalidDevice
+InvalidDeviceFunction InvalidDevicePointer InvalidGraphicsContext InvalidHandle InvalidImage InvalidKernelFile
+InvalidMemcpyDirection InvalidPitchValue InvalidResourceHandle InvalidSource InvalidSymbol InvalidTexture
+InvalidValue LaunchFailure LaunchOutOfResources LaunchTimeOut MapBufferObjectFailed MapFailed MemoryAllocation
+MissingConfiguration NoBinaryForGpu NoDevice NotFound NotInitialized NotMapped NotMappedAsArray NotMappedAsPointer
+NotReady NotSupported OperatingSystem OutOfMemory PeerAccessAlreadyEnabled PeerAccessNotEnabled
+PeerAccessUnsupported PriorLaunchFailure ProfilerAlreadyStarted ProfilerAlreadyStopped ProfilerDisabled
+ProfilerNotInitialized RuntimeMemory RuntimeOther SetOnActiveProcess SharedObjectInitFailed
+SharedObjectSymbolNotFound StreamCaptureImplicit StreamCaptureInvalidated StreamCaptureIsolation
+StreamCaptureMerge StreamCaptureUnjoined StreamCaptureUnmatched StreamCaptureUnsupported StreamCaptureWrongThread
+Tbd Unknown UnmapFailed UnsupportedLimit""".split()
+
+
+def test_hip_error_vocabulary_is_complete() -> None:
+    members = [c for s in SIGNATURES if s.id.startswith("hip-error-") for c in s.codes]
+    assert sorted(members) == sorted(HIP_ERRORS)
+
+
+def test_dcgmi_health_rows_need_a_system_name() -> None:
+    # a table row of another tool with "Failure" in it is not dcgmi's health report
+    m = MATCHER.match_line("| Test Result               | Failure                                                  |")
+    assert m is None or not m.signature.id.startswith("dcgmi-health-")
