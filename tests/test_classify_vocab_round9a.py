@@ -146,3 +146,23 @@ def test_dcgmi_health_rows_need_a_system_name() -> None:
     # a table row of another tool with "Failure" in it is not dcgmi's health report
     m = MATCHER.match_line("| Test Result               | Failure                                                  |")
     assert m is None or not m.signature.id.startswith("dcgmi-health-")
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category", "confidence"),
+    [
+        ("[51022.118004] habanalabs hl2: Device heartbeat failed! PCI link is broken",
+         "habanalabs-heartbeat-failed", "infra", "medium"),
+        ("[51022.118004] habanalabs 0000:19:00.0: Device heartbeat failed!",
+         "habanalabs-heartbeat-failed", "infra", "medium"),
+        ("habanalabs hl2: Collective Wait command submission 7731 has not finished in 30 seconds!",
+         "habanalabs-cs-timeout", "infra", "low"),
+        ("habanalabs hl6: 0000:cc:00.0 Consecutive FW fatal errors received, stopping hard reset",
+         "habanalabs-device-unusable", "infra", "medium"),
+        ("habanalabs hl6: 0000:cc:00.0 Failed to reset! Device is NOT usable",
+         "habanalabs-device-unusable", "infra", "medium"),
+    ],
+)
+def test_round9a_gaudi_driver_lines(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
