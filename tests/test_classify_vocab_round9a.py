@@ -166,3 +166,23 @@ def test_dcgmi_health_rows_need_a_system_name() -> None:
 def test_round9a_gaudi_driver_lines(line: str, sig_id: str, category: str, confidence: str) -> None:
     v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == (category, confidence)
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category"),
+    [
+        ("state: PREEMPTED", "tpu-node-state-taken", "preemption"),
+        ("  'state': 'TERMINATED',", "tpu-node-state-taken", "preemption"),
+        ('    "state": "SUSPENDED",', "tpu-node-state-taken", "preemption"),
+        ("state: REPAIRING", "tpu-node-state-repairing", "infra"),
+    ],
+)
+def test_tpu_node_states(line: str, sig_id: str, category: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, "low")  # a reading of the state alone
+
+
+@pytest.mark.parametrize("line", ["state: READY", "  state: ACTIVE", "state: terminated", "  lastState: PREEMPTED extra"])
+def test_tpu_lifecycle_steps_are_no_evidence(line: str) -> None:
+    m = MATCHER.match_line(line)
+    assert m is None or not m.signature.id.startswith("tpu-node-state-")
