@@ -186,3 +186,19 @@ def test_tpu_node_states(line: str, sig_id: str, category: str) -> None:
 def test_tpu_lifecycle_steps_are_no_evidence(line: str) -> None:
     m = MATCHER.match_line(line)
     assert m is None or not m.signature.id.startswith("tpu-node-state-")
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id"),
+    [
+        ("jaxlib.xla_extension.XlaRuntimeError: ABORTED: The TPU is already in use by process with pid 8812. Not "
+         "attempting to load libtpu.so in this process.", "tpu-device-held"),
+        ("ABORTED: The TPU is already in use by another process probably owned by another user. Run \"$ sudo lsof -w "
+         "/dev/accel0\" to figure out which process is using the TPU.", "tpu-device-held"),
+        ("RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel3): Permission denied",
+         "tpu-initialization-failed"),
+    ],
+)
+def test_tpu_device_lock_and_init(line: str, sig_id: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == ("infra", "low")
