@@ -202,3 +202,11 @@ def test_tpu_lifecycle_steps_are_no_evidence(line: str) -> None:
 def test_tpu_device_lock_and_init(line: str, sig_id: str) -> None:
     v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == ("infra", "low")
+
+
+def test_coordination_barrier_timeout_is_a_symptom() -> None:
+    line = ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Id: ckpt_commit::7. This "
+            "usually happens because a task triggered the barrier too early or too slowly.")
+    m = MATCHER.match_line(line)
+    assert m is not None and m.signature.id == "xla-coordination-barrier-timeout"
+    assert verdict_of(line + "\n").category == "unknown"
