@@ -121,20 +121,7 @@ def test_page_fault_detail_names_the_gpu() -> None:
 
 # HIP's hipError_t, every member but hipSuccess (ROCm/HIP include/hip/hip_runtime_api.h, typedef
 # enum hipError_t, read for this round): each is in exactly one hip-error-* entry.
-HIP_ERRORS = """AlreadyAcquired AlreadyMapped ArrayIsMapped Assert CapturedEvent ContextAlreadyCurrent
-ContextAlreadyInUse ContextIsDestroyed CooperativeLaunchTooLarge Deinitialized ECCNotCorrectable FileNotFound
-GraphExecUpdateFailure HostMemoryAlreadyRegistered HostMemoryNotRegistered IllegalAddress IllegalState
-InitializationError InsufficientDriver InvalidChannelDescriptor InvalidConfiguration InvalidContext InvalidDevice
-InvalidDeviceFunction InvalidDevicePointer InvalidGraphicsContext InvalidHandle InvalidImage InvalidKernelFile
-InvalidMemcpyDirection InvalidPitchValue InvalidResourceHandle InvalidSource InvalidSymbol InvalidTexture
-InvalidValue LaunchFailure LaunchOutOfResources LaunchTimeOut MapBufferObjectFailed MapFailed MemoryAllocation
-MissingConfiguration NoBinaryForGpu NoDevice NotFound NotInitialized NotMapped NotMappedAsArray NotMappedAsPointer
-NotReady NotSupported OperatingSystem OutOfMemory PeerAccessAlreadyEnabled PeerAccessNotEnabled
-PeerAccessUnsupported PriorLaunchFailure ProfilerAlreadyStarted ProfilerAlreadyStopped ProfilerDisabled
-ProfilerNotInitialized RuntimeMemory RuntimeOther SetOnActiveProcess SharedObjectInitFailed
-SharedObjectSymbolNotFound StreamCaptureImplicit StreamCaptureInvalidated StreamCaptureIsolation
-StreamCaptureMerge StreamCaptureUnjoined StreamCaptureUnmatched StreamCaptureUnsupported StreamCaptureWrongThread
-Tbd Unknown UnmapFailed UnsupportedLimit""".split()
+HIP_ERRORS = ["AlreadyAcquired", "AlreadyMapped", "ArrayIsMapped", "Assert", "CapturedEvent", "ContextAlreadyCurrent", "ContextAlreadyInUse", "ContextIsDestroyed", "CooperativeLaunchTooLarge", "Deinitialized", "ECCNotCorrectable", "FileNotFound", "GraphExecUpdateFailure", "HostMemoryAlreadyRegistered", "HostMemoryNotRegistered", "IllegalAddress", "IllegalState", "InitializationError", "InsufficientDriver", "InvalidChannelDescriptor", "InvalidConfiguration", "InvalidContext", "InvalidDevice", "InvalidDeviceFunction", "InvalidDevicePointer", "InvalidGraphicsContext", "InvalidHandle", "InvalidImage", "InvalidKernelFile", "InvalidMemcpyDirection", "InvalidPitchValue", "InvalidResourceHandle", "InvalidSource", "InvalidSymbol", "InvalidTexture", "InvalidValue", "LaunchFailure", "LaunchOutOfResources", "LaunchTimeOut", "MapBufferObjectFailed", "MapFailed", "MemoryAllocation", "MissingConfiguration", "NoBinaryForGpu", "NoDevice", "NotFound", "NotInitialized", "NotMapped", "NotMappedAsArray", "NotMappedAsPointer", "NotReady", "NotSupported", "OperatingSystem", "OutOfMemory", "PeerAccessAlreadyEnabled", "PeerAccessNotEnabled", "PeerAccessUnsupported", "PriorLaunchFailure", "ProfilerAlreadyStarted", "ProfilerAlreadyStopped", "ProfilerDisabled", "ProfilerNotInitialized", "RuntimeMemory", "RuntimeOther", "SetOnActiveProcess", "SharedObjectInitFailed", "SharedObjectSymbolNotFound", "StreamCaptureImplicit", "StreamCaptureInvalidated", "StreamCaptureIsolation", "StreamCaptureMerge", "StreamCaptureUnjoined", "StreamCaptureUnmatched", "StreamCaptureUnsupported", "StreamCaptureWrongThread", "Tbd", "Unknown", "UnmapFailed", "UnsupportedLimit"]
 
 
 def test_hip_error_vocabulary_is_complete() -> None:
