@@ -197,3 +197,31 @@ def test_coordination_barrier_timeout_is_a_symptom() -> None:
     m = MATCHER.match_line(line)
     assert m is not None and m.signature.id == "xla-coordination-barrier-timeout"
     assert verdict_of(line + "\n").category == "unknown"
+
+
+HCCL_RESULTS = ["Uninitialized", "NoDeviceFound", "Unsupported", "OutOfMemory", "UnhandledSynapseError", "SystemError",
+                "InternalError", "InvalidArgument", "InvalidUsage", "SocketError", "LibfabricError", "TryAgainError",
+                "Busy", "NumResults", "StreamError", "SynapseTerminated"]
+
+
+def test_gaudi_hccl_result_vocabulary_is_complete() -> None:
+    # hccl_types.h hcclResult_t, every member but hcclSuccess, each in exactly one entry
+    members = [c for s in SIGNATURES if s.id.startswith("hccl-gaudi-") for c in s.codes]
+    assert sorted(members) == sorted(HCCL_RESULTS)
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category"),
+    [
+        ("RuntimeError: [Rank:2] hcclAllReduce returned hcclInvalidUsage", "hccl-gaudi-usage", "job"),
+        ("[Rank:5] HCCL call failed: hcclUnhandledSynapseError", "hccl-gaudi-device", "infra"),
+        ("hcclCommInitRank failed with hcclLibfabricError", "hccl-gaudi-system", "infra"),
+    ],
+)
+def test_gaudi_hccl_lines(line: str, sig_id: str, category: str) -> None:
+    assert line_verdict(line, sig_id).category == category
+
+
+def test_huawei_hccl_is_not_read_as_gaudi() -> None:
+    m = MATCHER.match_line("RuntimeError: InnerRunOpApi:OpParamMaker.cpp:281 OPS function error: HcclAllreduce, error code is 6")
+    assert m is None or not m.signature.id.startswith("hccl-gaudi-")
