@@ -225,3 +225,17 @@ def test_gaudi_hccl_lines(line: str, sig_id: str, category: str) -> None:
 def test_huawei_hccl_is_not_read_as_gaudi() -> None:
     m = MATCHER.match_line("RuntimeError: InnerRunOpApi:OpParamMaker.cpp:281 OPS function error: HcclAllreduce, error code is 6")
     assert m is None or not m.signature.id.startswith("hccl-gaudi-")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "  Warning  UnexpectedAdmissionError  40s  kubelet  Allocate failed due to requested number of devices "
+        "unavailable for habana.ai/gaudi. Requested: 8, Available: 7, which is unexpected",
+        "Allocate failed due to previously allocated devices are no longer healthy; cannot allocate unhealthy devices "
+        "google.com/tpu, which is unexpected",
+    ],
+)
+def test_device_manager_refusal_is_the_nodes(line: str) -> None:
+    v = line_verdict(line, "k8s-device-manager-unhealthy")
+    assert (v.category, v.confidence) == ("infra", "medium")
