@@ -239,3 +239,23 @@ def test_huawei_hccl_is_not_read_as_gaudi() -> None:
 def test_device_manager_refusal_is_the_nodes(line: str) -> None:
     v = line_verdict(line, "k8s-device-manager-unhealthy")
     assert (v.category, v.confidence) == ("infra", "medium")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "F0311 07:44:02.118233   90211 sharding_propagation.cc:3012] Check failed: operand_sharding.IsTiled() ",
+        "2024-06-02 08:11:40.501234: F external/xla/xla/service/shape_inference.cc:221] Check failed: "
+        "ShapeUtil::IsArray(shape)",
+        "*** Check failure stack trace: ***",
+    ],
+)
+def test_native_check_failure_is_the_program_at_low(line: str) -> None:
+    v = line_verdict(line, "native-check-failed")
+    assert (v.category, v.confidence) == ("job", "low")
+
+
+def test_a_library_status_in_a_check_is_read_by_its_own_entry() -> None:
+    m = MATCHER.match_line("F0203 19:28:13.953368  9487 math_functions.cu:394] Check failed: status == "
+                           "CURAND_STATUS_SUCCESS (201 vs. 0)  CURAND_STATUS_LAUNCH_FAILURE")
+    assert m is not None and m.signature.id != "native-check-failed"
