@@ -259,3 +259,18 @@ def test_a_library_status_in_a_check_is_read_by_its_own_entry() -> None:
     m = MATCHER.match_line("F0203 19:28:13.953368  9487 math_functions.cu:394] Check failed: status == "
                            "CURAND_STATUS_SUCCESS (201 vs. 0)  CURAND_STATUS_LAUNCH_FAILURE")
     assert m is not None and m.signature.id != "native-check-failed"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device halted "
+        "prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly at tag:pc "
+        "TensorCoreSequencer:41:0x2c (from TensorCoreSequencer:41:0x90): no debugging message found for this tag:pc. "
+        "HLO: fusion.77; HLO computation: main.402_spmd",
+        "jax.errors.JaxRuntimeError: FAILED_PRECONDITION: The program continuator has halted unexpectedly.",
+    ],
+)
+def test_tpu_program_halts_are_the_program_at_low(line: str) -> None:
+    v = line_verdict(line, "tpu-unexpected-halt")
+    assert (v.category, v.confidence) == ("job", "low")
