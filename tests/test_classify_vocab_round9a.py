@@ -274,3 +274,18 @@ def test_a_library_status_in_a_check_is_read_by_its_own_entry() -> None:
 def test_tpu_program_halts_are_the_program_at_low(line: str) -> None:
     v = line_verdict(line, "tpu-unexpected-halt")
     assert (v.category, v.confidence) == ("job", "low")
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category", "confidence"),
+    [
+        # torch on ROCm prints HIP's sentences after "HIP error: "; they are CUDA's for the same codes
+        ("RuntimeError: HIP error: invalid resource handle", "cuda-call-refused-prefixed", "job", "medium"),
+        ("torch.AcceleratorError: HIP error: out of memory", "cuda-oom", "job", "high"),
+        ("RuntimeError: HIP error: driver shutting down", "cuda-error-unclear-text", "job", "low"),
+        ("RuntimeError: HIP error: no ROCm-capable device is detected", "hip-error-no-device-text", "infra", "low"),
+    ],
+)
+def test_hip_sentences_after_the_torch_prefix(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
