@@ -289,3 +289,32 @@ def test_tpu_program_halts_are_the_program_at_low(line: str) -> None:
 def test_hip_sentences_after_the_torch_prefix(line: str, sig_id: str, category: str, confidence: str) -> None:
     v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == (category, confidence)
+
+
+ROCBLAS_STATUS = ["success", "invalid_handle", "not_implemented", "invalid_pointer", "invalid_size", "memory_error",
+                  "internal_error", "perf_degraded", "size_query_mismatch", "size_increased", "size_unchanged",
+                  "invalid_value", "continue", "check_numerics_fail", "excluded_from_build", "arch_mismatch"]
+
+
+def test_rocblas_status_vocabulary_is_complete() -> None:
+    # rocblas-types.h rocblas_status 0-15, each in exactly one rocm-math-* entry
+    members = [c for s in SIGNATURES if s.id.startswith("rocm-math-") for c in s.codes if c.startswith("rocblas_status_")]
+    assert sorted(members) == sorted("rocblas_status_" + n for n in ROCBLAS_STATUS)
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category", "confidence"),
+    [
+        ("RuntimeError: CUDA error: HIPBLAS_STATUS_ARCH_MISMATCH when calling `hipblasGemmStridedBatchedEx(handle)`",
+         "rocm-math-refused", "job", "medium"),
+        ("RuntimeError: CUDA error: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`",
+         "rocm-math-alloc-failed", "job", "medium"),
+        ("MIOpen(HIP): Error [Compile] 'hiprtcCompileProgram' failed: miopenStatusInternalError",
+         "rocm-math-failed", "unknown", "low"),
+        ("rocBLAS error: Cannot read /opt/rocm-6.2.0/lib/rocblas/library/TensileLibrary_lazy_gfx1151.dat: No such file "
+         "or directory for GPU arch : gfx1151", "rocblas-no-kernels-for-arch", "job", "medium"),
+    ],
+)
+def test_rocm_math_library_statuses(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
