@@ -318,3 +318,40 @@ def test_rocblas_status_vocabulary_is_complete() -> None:
 def test_rocm_math_library_statuses(line: str, sig_id: str, category: str, confidence: str) -> None:
     v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == (category, confidence)
+
+
+HSA_STATUS = ["SUCCESS", "INFO_BREAK", "ERROR", "ERROR_INVALID_ARGUMENT", "ERROR_INVALID_QUEUE_CREATION",
+              "ERROR_INVALID_ALLOCATION", "ERROR_INVALID_AGENT", "ERROR_INVALID_REGION", "ERROR_INVALID_SIGNAL",
+              "ERROR_INVALID_QUEUE", "ERROR_OUT_OF_RESOURCES", "ERROR_INVALID_PACKET_FORMAT", "ERROR_RESOURCE_FREE",
+              "ERROR_NOT_INITIALIZED", "ERROR_REFCOUNT_OVERFLOW", "ERROR_INCOMPATIBLE_ARGUMENTS", "ERROR_INVALID_INDEX",
+              "ERROR_INVALID_ISA", "ERROR_INVALID_CODE_OBJECT", "ERROR_INVALID_EXECUTABLE", "ERROR_FROZEN_EXECUTABLE",
+              "ERROR_INVALID_SYMBOL_NAME", "ERROR_VARIABLE_ALREADY_DEFINED", "ERROR_VARIABLE_UNDEFINED",
+              "ERROR_EXCEPTION", "ERROR_INVALID_ISA_NAME", "ERROR_INVALID_CODE_SYMBOL", "ERROR_INVALID_EXECUTABLE_SYMBOL",
+              "ERROR_INVALID_FILE", "ERROR_INVALID_CODE_OBJECT_READER", "ERROR_INVALID_CACHE", "ERROR_INVALID_WAVEFRONT",
+              "ERROR_INVALID_SIGNAL_GROUP", "ERROR_INVALID_RUNTIME_STATE", "ERROR_FATAL",
+              # hsa_ext_amd.h 40-47
+              "ERROR_INVALID_MEMORY_POOL", "ERROR_MEMORY_APERTURE_VIOLATION", "ERROR_ILLEGAL_INSTRUCTION",
+              "ERROR_MEMORY_FAULT", "CU_MASK_REDUCED", "ERROR_OUT_OF_REGISTERS", "ERROR_RESOURCE_BUSY",
+              "ERROR_NOT_SUPPORTED"]
+
+
+def test_hsa_status_vocabulary_is_complete() -> None:
+    members = [c for s in SIGNATURES if s.id.startswith("hsa-status-") for c in s.codes]
+    assert sorted(members) == sorted(HSA_STATUS)
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category", "confidence"),
+    [
+        (":0:rocdevice.cpp            :3020: 1120419330 us: [pid:77   tid:0x7ef1] Device::callbackQueue aborting with "
+         "error : HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address. code: 0x2b",
+         "hsa-status-program-fault", "job", "medium"),
+        ("HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.", "hsa-status-program-invalid", "job", "medium"),
+        (":0:rocdevice.cpp            :3020: 1 us: [pid:77 tid:0x7e] Device::callbackQueue aborting with error : "
+         "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016",
+         "hsa-status-unclear", "unknown", "low"),
+    ],
+)
+def test_hsa_statuses(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
