@@ -355,3 +355,8 @@ def test_hsa_status_vocabulary_is_complete() -> None:
 def test_hsa_statuses(line: str, sig_id: str, category: str, confidence: str) -> None:
     v = line_verdict(line, sig_id)
     assert (v.category, v.confidence) == (category, confidence)
+
+
+def test_absl_uninitialised_log_prefix_is_a_check_failure() -> None:
+    line = "F0000 00:00:1733000000.112233  1201 pjrt_client.cc:540] Check failed: device != nullptr"
+    assert line_verdict(line, "native-check-failed").category == "job"
