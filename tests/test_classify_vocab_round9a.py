@@ -360,3 +360,24 @@ def test_hsa_statuses(line: str, sig_id: str, category: str, confidence: str) ->
 def test_absl_uninitialised_log_prefix_is_a_check_failure() -> None:
     line = "F0000 00:00:1733000000.112233  1201 pjrt_client.cc:540] Check failed: device != nullptr"
     assert line_verdict(line, "native-check-failed").category == "job"
+
+
+@pytest.mark.parametrize(
+    ("line", "sig_id", "category", "confidence"),
+    [
+        ("amdgpu 0000:c1:00.0: amdgpu: SMU: I'm very busy for your command: index:38 param:0x00000000 message:"
+         "GetMetricsTable", "amdgpu-smu-not-responding", "infra", "medium"),
+        ("[ 811.004012] amdgpu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption",
+         "amdgpu-kfd-preemption-failed", "infra", "low"),
+        ("[drm:amdgpu_device_ip_suspend_phase2 [amdgpu]] *ERROR* suspend of IP block <smu> failed -62",
+         "amdgpu-init-failed", "infra", "medium"),
+    ],
+)
+def test_amdgpu_firmware_and_queue_hangs(line: str, sig_id: str, category: str, confidence: str) -> None:
+    v = line_verdict(line, sig_id)
+    assert (v.category, v.confidence) == (category, confidence)
+
+
+def test_smu_normal_response_is_no_evidence() -> None:
+    m = MATCHER.match_line("amdgpu 0000:c1:00.0: amdgpu: SMU: response:0x00000001 for index:12 param:0x00000000 message:X?")
+    assert m is None or m.signature.id != "amdgpu-smu-not-responding"
