@@ -122,7 +122,7 @@ from ckptctl.core.watch.model import (
 )
 from ckptctl.core.watch.registry import CHECKS, Check, run_checks
 from ckptctl.core.watch.relcounter import relative_offset, relative_pending
-from ckptctl.core.watch.reprint import split_reprinted_history
+from ckptctl.core.watch.reprint import history_pending, split_reprinted_history
 from ckptctl.core.watch.resume import (
     assign_steps,
     checkpoint_holds_step,
@@ -463,10 +463,12 @@ def analyze(
             r.interval_seen < _INTERVAL_EVIDENCE or (ctx.pre and interval_evidence(ctx.pre) < _INTERVAL_EVIDENCE)
         ))
         or (verdict != NAN and relative_pending(resumed, segments[:resume_index], rs, r.logged_steps, history_start, r.interval))
+        or (verdict != NAN and history_pending(segments))
     ):
         # A followed log decides no step verdict on a logging interval not yet seen or against a
         # history of one point, nor on a counter that started again and may prove relative with
-        # its next points.
+        # its next points, nor on a log that opens with its restore line while the run after it may
+        # still be printing the history up to the checkpoint (``reprint``).
         decided = False
     confidence: str | None = None
     if decided:

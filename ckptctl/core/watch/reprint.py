@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from ckptctl.core.watch.model import Segment, TracePoint
 
-__all__ = ["split_reprinted_history"]
+__all__ = ["history_pending", "split_reprinted_history"]
 
 #: Rows of history (at or before the checkpoint step) the run must print to be read as one.
 _MIN_HISTORY = 2
@@ -60,13 +60,13 @@ def _same(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= _SAME_REL * max(abs(a), abs(b))
 
 
-def _reprinted(history: Sequence[TracePoint], before: dict[int, float]) -> bool:
+def _reprinted(history: Sequence[TracePoint], before: dict[int, float], min_rows: int = _MIN_HISTORY) -> bool:
     """``history`` starts where the log's first rows did, every row of it printed before at its step holds
     the value printed then, and enough were (a run resumed from an earlier step and trained the same
     way, deterministic, prints the same values too, but from that step on, not from the first row)."""
     seen = [(p, before[p.step]) for p in history if p.step in before]
     starts_over = bool(before) and history[0].step <= min(before)
-    return starts_over and len(seen) >= _MIN_HISTORY and all(_same(p.loss, v) for p, v in seen)
+    return starts_over and len(seen) >= min_rows and all(_same(p.loss, v) for p, v in seen)
 
 
 def split_reprinted_history(segments: Sequence[Segment]) -> tuple[list[Segment], str | None]:
@@ -97,3 +97,23 @@ def split_reprinted_history(segments: Sequence[Segment]) -> tuple[list[Segment],
         first_log = first_log and seg.source != "log"
         before.update((p.step, p.loss) for p in seg.points)
     return out, ("; ".join(notes) if notes else None)
+
+
+def history_pending(segments: Sequence[Segment]) -> bool:
+    """A followed log may still be printing a history: its last run follows a restore line naming
+    step R, has not yet passed R, and is what ``split_reprinted_history`` splits once it does (the
+    log opens with that restore line, no baseline and no points before it; or, after an earlier
+    session, its rows so far are a copy of the rows printed before). A live watch decides nothing
+    on it yet; the whole log is judged as it is."""
+    if not segments or segments[-1].source != "log":
+        return False
+    seg = segments[-1]
+    marker = seg.marker
+    if marker is None or marker.kind != "restore" or marker.step is None or not seg.points:
+        return False
+    if not (seg.points[0].step < marker.step and seg.points[-1].step <= marker.step):
+        return False
+    if len(segments) == 1:
+        return seg.reason == "start"
+    before = {p.step: p.loss for s in segments[:-1] for p in s.points}
+    return _reprinted(seg.points, before, min_rows=1)  # (its first row may be all that is printed yet)
