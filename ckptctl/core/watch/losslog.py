@@ -89,7 +89,7 @@ PATTERN = "pattern"
 
 #: Every format name (``--format``): the dialects, dict lines, CSV and column tables, the rest.
 FORMATS: tuple[str, ...] = (
-    *(name for name, _ in DIALECTS),
+    *dict.fromkeys(name for name, _ in DIALECTS),  # (a logger may have several line shapes)
     "jsonl",
     "hf",
     "lightning-csv",
