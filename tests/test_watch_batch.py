@@ -18,17 +18,7 @@ import pytest
 from ckptctl.core.watch import logbatch
 from ckptctl.core.watch.logbatch import batch_source, group_forms
 from ckptctl.core.watch.losslog import LossLogParser
-
-
-def _both(lines: list[str]) -> tuple[LossLogParser, list[str]]:
-    fast = LossLogParser()
-    got = [repr(e) for line in lines for e in fast.feed(line)] + [repr(e) for e in fast.flush()]
-    slow = LossLogParser(fast=False)
-    want = [repr(e) for e in slow.feed_lines(lines) + slow.flush()]
-    assert got == want
-    assert fast.unread_samples == slow.unread_samples
-    assert fast.num_lines == slow.num_lines
-    return fast, got
+from tests.test_watch_hotpath import _both  # (fast and general readers: the same events)
 
 
 def _bar(epoch: int, n: int, total: int, loss: float | str, rate: str = "5.91") -> str:
