@@ -48,6 +48,7 @@ def test_only_a_symptom_may_carry_it() -> None:
                                                      "role": "symptom", "lone_verdict": "yes"}]}, source="t.yaml")
 
 
-def test_the_built_in_catalog_marks_nccls_system_and_remote_classes_only() -> None:
+def test_the_built_in_catalog_marks_the_collective_libraries_system_and_remote_classes_only() -> None:
+    """NCCL's system and remote error classes, and Gaudi HCCL's system/socket/libfabric class (round 9a)."""
     lone = sorted(s.id for s in SIGNATURES if s.lone_verdict)
-    assert lone == ["nccl-remote-error", "nccl-system-error"]
+    assert lone == ["hccl-gaudi-system", "nccl-remote-error", "nccl-system-error"]
