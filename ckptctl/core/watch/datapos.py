@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptctl.core.watch.context import CheckContext, CheckResult, DataPosition
+from ckptctl.core.watch.loaderdesign import expected_restart
 from ckptctl.core.watch.logtokens import MAX_LINE_CHARS, clean_line
 from ckptctl.core.watch.model import (
     DATA_POSITION_MISMATCH,
@@ -178,8 +179,9 @@ def check_data_position(ctx: CheckContext) -> CheckResult:
             + f", but the checkpoint of step {r.step} recorded {r.describe()} ({_where(r)}): the data "
             "loader did not continue from the checkpoint"
         )
-        if ctx.cfg.data_may_restart:
-            res.notes.append((DATA_RESTARTED, message + " (expected: the run's loader starts over by design)"))
+        why = expected_restart(ctx)
+        if why is not None:
+            res.notes.append((DATA_RESTARTED, message + f" (expected: {why})"))
         else:
             res.findings.append(Finding(verdict=DATA_POSITION_MISMATCH, message=message, step=f.step, line_no=f.line_no))
     elif compared:

@@ -23,16 +23,14 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
-from ckptctl.core.watch.logrecipe import Template
+from ckptctl.core.watch.logrecipe import GROUP_RE, Template, compiled
 
 HEAD = "def read(g, line_no, P):"
 PENDING = "    if P.pending is not None: return None"
 LOCK = "    if (P.locked != _fmt or P.weak_lock) and not P.lock(_fmt): return False"
 POINT = "    return _new(_LP, ("
-_GROUP_RE = re.compile(r"\bg\[(\d+)\]")
 _CONV_RE = re.compile(r"\b(_f|int)\(g(\d+)\)")
 _RETURN_RE = re.compile(r"\breturn (?:None|False)$")
-_MAX_CODES = 512
 #: Number texts kept with their floats per parser (``FastPath.floats``): short numbers repeat (a bar's
 #: epoch, rate and rounded loss); emptied when full.
 MEMO = 2048
@@ -82,9 +80,9 @@ def batch_source(source: str, groups: int, plain: set[int] | None = None) -> str
             continue  # (checked once, above: no recipe line changes the lock)
         if "P.lock(" in line or "P.pending" in line or re.search(r"\b(?:i|found|append|last)\b", line):
             return None
-        if any(int(k) >= groups for k in _GROUP_RE.findall(line)):
+        if any(int(k) >= groups for k in GROUP_RE.findall(line)):
             return None
-        body = _GROUP_RE.sub(r"g\1", line)  # (each group a loop variable)
+        body = GROUP_RE.sub(r"g\1", line)  # (each group a loop variable)
         if line.startswith(POINT):
             out += ["    " + body.replace("return ", "append(", 1) + ")", "        i += 1"]
             continue
@@ -167,11 +165,7 @@ def batch_reader(t: Template, cache: dict[str, CodeType], floats: dict[str, floa
     source = batch_source(t.source, t.regex.groups, plain)
     if source is None:
         return None
-    code = cache.get(source)
-    if code is None:
-        if len(cache) >= _MAX_CODES:
-            cache.clear()
-        code = cache[source] = compile(source, "<ckptctl.logfast batch>", "exec")
+    code = compiled(cache, source, "<ckptctl.logfast batch>")
     namespace = read.__globals__  # (the recipe's own names: ``_fmt``, ``_shape``, ``_LP`` ...)
     namespace["_FM"] = floats
     exec(code, namespace)  # our own code (``logrecipe._codegen``'s, in a loop)

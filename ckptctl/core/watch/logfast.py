@@ -174,9 +174,11 @@ class FastPath:
         lines read part by part since the last one."""
         self.prev: Template | None = None
         self.prev_plan: Plan | None = None
-        self.prev_rep: Template | None = None
-        self.floats: dict[str, float] = {}  # (number texts read by batch readers: ``logbatch.MEMO``)
         """The template of the last line read by one; its ``next`` is tried first (``loghot``)."""
+        self.prev_rep: Template | None = None
+        """The template of the last line of repeated parts (``loghot.guess_repeated``)."""
+        self.floats: dict[str, float] = {}
+        """Number texts read by batch readers, with their floats (``logbatch.MEMO``)."""
         setattr(parser, "feed", self.feed_one)  # noqa: B010  (the parser's ``feed`` is this loop: one call a line)
 
     # -- reading ---------------------------------------------------------------------------

@@ -34,13 +34,10 @@ from ckptctl.core.watch import logparts
 from ckptctl.core.watch.logbatch import batch_reader
 from ckptctl.core.watch.logevents import LogEvent
 from ckptctl.core.watch.logparts import read_rest
-from ckptctl.core.watch.logrecipe import Template
+from ckptctl.core.watch.logrecipe import GROUP_RE, Template, compiled
 
 #: A digit of another script (a template made of a line with one may match lines of other keys).
 _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
-#: Compiled recipes kept per parser (as ``logrecipe``'s: as many as templates).
-_MAX_CODES = 512
-_GROUP_RE = re.compile(r"\bg\[(\d+)\]")
 #: The ``multi`` of a template whose whole-line regex failed once (its parts vary in width): never tried again.
 _NEVER = re.compile(r"(?!)")
 _NO_TEMPLATES: list[Template | None] = [None]
@@ -113,7 +110,7 @@ def guess_repeated(fast: Fast, line: str, line_no: int, out: list[LogEvent]) -> 
     state = fast.plan_state.get(whole)
     note = p.plain and (state is None or state[0] < logparts.MAX_PLAN_BUILDS)
     _read_found(fast, t, found, line, line_no, out)  # type: ignore[arg-type]
-    if note and p.plain:
+    if note and p.plain:  # (reading may have changed it: as ``logfast._parts`` after ``read_repeated``)
         logparts.note_line(fast, whole, line, [t] * n)
     return True
 
@@ -153,7 +150,7 @@ def _read_found(fast: Fast, t: Template, found: list[tuple[str, ...]], line: str
 def captured(t: Template, regex_text: str, recipe_code: dict[str, CodeType]) -> str:
     """``regex_text`` (``logfast._pattern``: each number, tag number and timestamp piece one group)
     with only the groups ``t``'s recipe reads capturing, and the recipe renumbered to match."""
-    used = sorted({int(m.group(1)) for m in _GROUP_RE.finditer(t.source)})
+    used = sorted({int(m.group(1)) for m in GROUP_RE.finditer(t.source)})
     new = {old: i for i, old in enumerate(used)}
     out: list[str] = []
     group = 0
@@ -172,12 +169,8 @@ def captured(t: Template, regex_text: str, recipe_code: dict[str, CodeType]) -> 
             out.append(c)
         i += 1
     if t.read is not None and new != {k: k for k in used}:
-        source = _GROUP_RE.sub(lambda m: f"g[{new[int(m.group(1))]}]", t.source)
-        code = recipe_code.get(source)
-        if code is None:
-            if len(recipe_code) >= _MAX_CODES:
-                recipe_code.clear()
-            code = recipe_code[source] = compile(source, "<ckptctl.logfast template>", "exec")
+        source = GROUP_RE.sub(lambda m: f"g[{new[int(m.group(1))]}]", t.source)
+        code = compiled(recipe_code, source, "<ckptctl.logfast template>")
         namespace = dict(t.read.__globals__)
         exec(code, namespace)  # our own code (``logrecipe._codegen``), its groups renumbered
         t.read, t.source = namespace["read"], source

@@ -211,12 +211,8 @@ def _compile(t: Template, source: str | None, p: Parser, fmt: str, relative: boo
         "_minute": lt.stamp_minute_s, "_fmt": fmt, "_pfmt": p.point_fmt(fmt), "_shape": shape[:SHAPE_CHARS],
         "_relative": relative, "_STEP": STEP_AXIS, "_EPOCH": EPOCH_AXIS, "_EPOCH_BATCH": EPOCH_BATCH_AXIS,
     }  # fmt: skip
-    cache = p.recipe_code  # (templates of one record in other widths share their recipe's source)
-    code = cache.get(source)
-    if code is None:
-        if len(cache) >= _MAX_CODES:
-            cache.clear()
-        code = cache[source] = compile(source, "<ckptctl.logfast template>", "exec")
+    # (templates of one record in other widths share their recipe's source)
+    code = compiled(p.recipe_code, source, "<ckptctl.logfast template>")
     exec(code, namespace)  # our own code: group indices and our metric names, no text from the log
     t.read = namespace["read"]
     t.source = source
@@ -225,6 +221,19 @@ def _compile(t: Template, source: str | None, p: Parser, fmt: str, relative: boo
 
 #: Compiled recipes kept per parser (as many as templates).
 _MAX_CODES = 512
+#: A recipe's use of its template's match group ``k`` (``g[k]``).
+GROUP_RE = re.compile(r"\bg\[(\d+)\]")
+
+
+def compiled(cache: dict[str, CodeType], source: str, filename: str) -> CodeType:
+    """``source`` compiled, from ``cache`` (a parser's ``recipe_code``: at most ``_MAX_CODES``
+    kept, emptied when full)."""
+    code = cache.get(source)
+    if code is None:
+        if len(cache) >= _MAX_CODES:
+            cache.clear()
+        code = cache[source] = compile(source, filename, "exec")
+    return code
 
 #: A value that is a count (a step, a rank): finite, non-negative, whole, exact in a float.
 _COUNT = "v == v and 0 <= v < 9007199254740992 and v == int(v)"
